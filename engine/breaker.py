@@ -1,0 +1,217 @@
+"""Circuit breaker per tool (spec §3): a pure state machine; the caller passes the time.
+
+CLOSED ─(failure_threshold consecutive transient failures)→ OPEN
+OPEN ─(timeout_ms elapsed)→ HALF_OPEN, which admits one probe at a time
+HALF_OPEN ─(probe fails or times out)→ OPEN, timer restarted
+HALF_OPEN ─(success_threshold consecutive probe successes)→ CLOSED
+operators: trip → FORCED_OPEN (until reset), reset → CLOSED, disable → DISABLED
+
+Permanent errors from a service that answered are proof it is up: they never count as
+failures and they end the streak (seed 000 7.2's "circuit counter: 1").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum, StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class BreakerState(StrEnum):
+    CLOSED = "CLOSED"
+    OPEN = "OPEN"
+    HALF_OPEN = "HALF_OPEN"
+    FORCED_OPEN = "FORCED_OPEN"
+    DISABLED = "DISABLED"
+
+
+class BreakerConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    failure_threshold: int = Field(default=5, ge=1)
+    success_threshold: int = Field(default=1, ge=1)
+    timeout_ms: float = Field(default=30_000.0, gt=0)
+
+
+class AttemptOutcome(Enum):
+    """What one attempt says about the service's health."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    """A transient failure: counts toward opening."""
+    ANSWERED = "answered"
+    """A permanent error returned by the invoked tool: the service is up, not a failure."""
+    ABANDONED = "abandoned"
+    """No evidence either way: the attempt was cancelled from outside."""
+
+
+@dataclass(frozen=True, slots=True)
+class Permit:
+    """Admission to make one attempt; results of stale permits never move the state."""
+
+    generation: int
+    probe: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    tool_id: str
+    from_state: BreakerState
+    to_state: BreakerState
+    reason: str
+    actor: str
+    """``engine`` for automatic transitions, else the operator who acted."""
+    t: float
+    consecutive_failures: int
+    half_open_at: float | None
+    """When an OPEN breaker will admit a probe (engine time); None in other states."""
+
+
+class CircuitBreaker:
+    """One per tool, shared by every call and every retry of that tool."""
+
+    __slots__ = (
+        "_permit",
+        "_rejection",
+        "config",
+        "consecutive_failures",
+        "consecutive_successes",
+        "generation",
+        "half_open_at",
+        "on_transition",
+        "opened_at",
+        "opens",
+        "probe_in_flight",
+        "state",
+        "tool_id",
+    )
+
+    def __init__(
+        self,
+        tool_id: str,
+        config: BreakerConfig | None = None,
+        on_transition: Callable[[Transition], None] | None = None,
+    ) -> None:
+        self.tool_id = tool_id
+        self.config = config or BreakerConfig()
+        self.on_transition = on_transition
+        self.state = BreakerState.CLOSED
+        self.consecutive_failures = 0
+        self.consecutive_successes = 0
+        self.opened_at: float | None = None
+        self.half_open_at: float | None = None
+        self.probe_in_flight = False
+        self.opens = 0
+        self.generation = 0
+        self._permit = Permit(0, probe=False)
+        self._rejection: tuple[int, str] | None = None
+
+    # --- admission ---------------------------------------------------------------------
+
+    def acquire(self, now: float) -> Permit | None:
+        """A permit to attempt a call now, or None to reject it at once."""
+        state = self.state
+        if state is BreakerState.CLOSED or state is BreakerState.DISABLED:
+            return self._permit
+        if state is BreakerState.OPEN:
+            half_open_at = self.half_open_at
+            if half_open_at is None or now < half_open_at or not self.poll(now):
+                return None
+        if self.state is BreakerState.HALF_OPEN and not self.probe_in_flight:
+            self.probe_in_flight = True
+            return Permit(self.generation, probe=True)
+        return None
+
+    def poll(self, now: float) -> bool:
+        """Move OPEN to HALF_OPEN if its timer is due; the engine's timer calls this too."""
+        if self.state is BreakerState.OPEN and self.half_open_at is not None and now >= self.half_open_at:
+            self._move(
+                BreakerState.HALF_OPEN,
+                now,
+                f"open for {self.config.timeout_ms / 1000:g}s: admitting one probe",
+            )
+            return True
+        return False
+
+    def rejection_reason(self) -> str:
+        """Why a call is rejected now; built once per state change, not per rejection."""
+        if self._rejection is None or self._rejection[0] != self.generation:
+            if self.state is BreakerState.HALF_OPEN:
+                text = f"circuit breaker for {self.tool_id} is HALF_OPEN and its one probe is in flight"
+            else:
+                text = f"circuit breaker for {self.tool_id} is {self.state}: no attempt made"
+            self._rejection = (self.generation, text)
+        return self._rejection[1]
+
+    # --- outcomes ----------------------------------------------------------------------
+
+    def record(self, permit: Permit, outcome: AttemptOutcome, now: float) -> None:
+        if permit.generation != self.generation:
+            return  # admitted before the last transition: old news
+        state = self.state
+        if permit.probe:
+            self.probe_in_flight = False
+        if outcome is AttemptOutcome.ABANDONED:
+            return
+        failed = outcome is AttemptOutcome.FAILED
+        if state is BreakerState.CLOSED or state is BreakerState.DISABLED:
+            if not failed:
+                self.consecutive_failures = 0
+                return
+            self.consecutive_failures += 1
+            if state is BreakerState.CLOSED and self.consecutive_failures >= self.config.failure_threshold:
+                self._open(now, f"{self.consecutive_failures} consecutive transient failures")
+        elif state is BreakerState.HALF_OPEN and permit.probe:
+            if failed:
+                self.consecutive_failures += 1
+                self._open(now, "half-open probe failed")
+                return
+            self.consecutive_successes += 1
+            if self.consecutive_successes >= self.config.success_threshold:
+                self._move(
+                    BreakerState.CLOSED,
+                    now,
+                    f"{self.consecutive_successes} consecutive probe success"
+                    f"{'es' if self.consecutive_successes > 1 else ''}",
+                )
+
+    # --- operator controls -------------------------------------------------------------
+
+    def trip(self, now: float, *, actor: str, reason: str = "") -> None:
+        self._move(BreakerState.FORCED_OPEN, now, reason or "tripped by operator", actor)
+
+    def reset(self, now: float, *, actor: str, reason: str = "") -> None:
+        self._move(BreakerState.CLOSED, now, reason or "reset by operator", actor)
+
+    def disable(self, now: float, *, actor: str, reason: str = "") -> None:
+        self._move(BreakerState.DISABLED, now, reason or "disabled by operator", actor)
+
+    # --- transitions -------------------------------------------------------------------
+
+    def _open(self, now: float, reason: str) -> None:
+        self.opens += 1
+        self._move(BreakerState.OPEN, now, reason)
+
+    def _move(self, to: BreakerState, now: float, reason: str, actor: str = "engine") -> None:
+        previous = self.state
+        failures = self.consecutive_failures
+        self.state = to
+        self.generation += 1
+        self._permit = Permit(self.generation, probe=False)
+        self.probe_in_flight = False
+        self.consecutive_successes = 0
+        if to is BreakerState.OPEN:
+            self.opened_at = now
+            self.half_open_at = now + self.config.timeout_ms / 1000.0
+        else:
+            self.half_open_at = None
+            if to is not BreakerState.HALF_OPEN:
+                self.opened_at = None if to is not BreakerState.FORCED_OPEN else now
+        if to is BreakerState.CLOSED:
+            self.consecutive_failures = 0
+        if self.on_transition is not None:
+            self.on_transition(
+                Transition(self.tool_id, previous, to, reason, actor, now, failures, self.half_open_at)
+            )

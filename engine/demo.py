@@ -1,0 +1,94 @@
+"""The bundled travel-agent tools of the seeds, with deterministic fake data.
+
+They never fail on their own: failures come from outside (a script, a fault plan), so the
+same inputs always give the same outputs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from engine.errors import ToolError
+from engine.kinds import ErrorKind
+
+AIRPORT_CODES = {"SFO", "JFK", "LAX", "LHR", "CDG", "NRT", "BCN", "FCO", "AMS", "SIN"}
+
+
+def _number(*parts: object, modulo: int) -> int:
+    digest = hashlib.blake2b("|".join(map(str, parts)).encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "big") % modulo
+
+
+def _airport(code: str) -> str:
+    if code.upper() not in AIRPORT_CODES:
+        raise ToolError(ErrorKind.INVALID_PARAMETERS, f"Invalid airport code: {code}")
+    return code.upper()
+
+
+async def flight_search(origin: str, destination: str, date: str = "2025-11-20") -> list[dict[str, Any]]:
+    origin, destination = _airport(origin), _airport(destination)
+    return [
+        {
+            "flight": f"TW{_number(origin, destination, date, i, modulo=900) + 100}",
+            "origin": origin,
+            "destination": destination,
+            "date": date,
+            "price": 180 + _number(origin, destination, i, modulo=400),
+        }
+        for i in range(3)
+    ]
+
+
+async def flight_search_backup(
+    origin: str, destination: str, date: str = "2025-11-20"
+) -> list[dict[str, Any]]:
+    flights = await flight_search(origin, destination, date)
+    return [{**f, "flight": f"BK{f['flight'][2:]}", "price": f["price"] + 25} for f in flights[:2]]
+
+
+async def hotel_search(city: str, nights: int = 3) -> list[dict[str, Any]]:
+    return [
+        {
+            "hotel": f"{city} {name}",
+            "nights": nights,
+            "price": nights * (90 + _number(city, name, modulo=160)),
+        }
+        for name in ("Grand", "Central", "Harbour")
+    ]
+
+
+async def activity_search(city: str) -> list[str]:
+    options = ["museum pass", "food tour", "river cruise", "bike tour", "night market"]
+    start = _number(city, modulo=len(options))
+    return [options[(start + i) % len(options)] for i in range(3)]
+
+
+async def compare_prices(
+    flights: list[dict[str, Any]], hotels: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    cheapest_flight = min(flights, key=lambda f: f["price"]) if flights else None
+    cheapest_hotel = min(hotels, key=lambda h: h["price"]) if hotels else None
+    total = (cheapest_flight or {}).get("price", 0) + (cheapest_hotel or {}).get("price", 0)
+    return {"flight": cheapest_flight, "hotel": cheapest_hotel, "total": total}
+
+
+async def create_itinerary(choice: dict[str, Any], traveller: str = "guest") -> dict[str, Any]:
+    reference = f"IT-{_number(traveller, choice.get('total'), modulo=10**6):06d}"
+    return {"reference": reference, "traveller": traveller, **choice}
+
+
+async def custom_api(region: str = "eu", query: str = "") -> dict[str, Any]:
+    return {"region": region, "query": query, "score": _number(region, query, modulo=100)}
+
+
+DEMO_TOOLS: dict[str, Callable[..., Awaitable[Any]]] = {
+    "flight_search": flight_search,
+    "flight_search_backup": flight_search_backup,
+    "hotel_search": hotel_search,
+    "activity_search": activity_search,
+    "compare_prices": compare_prices,
+    "create_itinerary": create_itinerary,
+    "custom_api": custom_api,
+}

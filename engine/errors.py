@@ -1,0 +1,102 @@
+"""ToolError: the one exception the engine raises for a failed tool call.
+
+Tools may raise it themselves to state a kind explicitly (the classifier's rule 2); the
+engine raises a fresh one, carrying the last attempt's exception, when a call fails.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from engine.kinds import ErrorKind
+
+if TYPE_CHECKING:
+    from engine.classify import Classification
+
+
+class ToolError(Exception):
+    """A failed tool call, with everything needed to explain and handle it."""
+
+    __slots__ = (
+        "attempts",
+        "classification",
+        "kind",
+        "message",
+        "original_error",
+        "retry_after_s",
+        "status_code",
+        "timestamp",
+        "tool_id",
+        "tool_input",
+    )
+
+    def __init__(
+        self,
+        kind: ErrorKind | str,
+        message: str | None = None,
+        *,
+        tool_id: str | None = None,
+        original_error: BaseException | None = None,
+        tool_input: Any = None,
+        status_code: int | None = None,
+        retry_after_s: float | None = None,
+        timestamp: float | None = None,
+        classification: Classification | None = None,
+        attempts: int = 0,
+    ) -> None:
+        self.kind = kind if type(kind) is ErrorKind else ErrorKind(kind)
+        if not message:
+            message = str(original_error) if original_error else self.kind.info.description
+        self.message = message
+        self.tool_id = tool_id
+        self.original_error = original_error
+        self.tool_input = tool_input
+        self.status_code = status_code
+        self.retry_after_s = retry_after_s
+        self.timestamp = timestamp  # wall-clock epoch seconds, from the engine's clock
+        self.classification = classification
+        self.attempts = attempts
+        super().__init__(message)
+
+    @property
+    def executed(self) -> bool:
+        return self.kind.executed
+
+    @property
+    def error_type(self) -> str:
+        """The class name of the underlying exception (seed 003's ``error_type``)."""
+        return type(self.original_error or self).__name__
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": str(self.kind),
+            "tool_id": self.tool_id,
+            "message": self.message,
+            "error_type": self.error_type,
+            "executed": self.executed,
+            "status_code": self.status_code,
+            "retry_after_s": self.retry_after_s,
+            "timestamp": iso_timestamp(self.timestamp) if self.timestamp is not None else None,
+            "attempts": self.attempts,
+            "classification": self.classification.to_dict() if self.classification else None,
+            "tool_input": jsonable(self.tool_input),
+        }
+
+    def __repr__(self) -> str:
+        return f"ToolError({self.kind!s}, {self.message!r}, tool_id={self.tool_id!r})"
+
+
+def iso_timestamp(epoch_s: float) -> str:
+    return datetime.fromtimestamp(epoch_s, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def jsonable(value: Any) -> Any:
+    """A JSON-safe copy of ``value``; anything exotic becomes its repr."""
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [jsonable(v) for v in value]
+    return repr(value)

@@ -1,0 +1,289 @@
+"""Engine events: typed, immutable, past-tense facts.
+
+Every event carries ``at`` (wall-clock seconds from the engine's injectable clock) and ``t``
+(engine time from anyio). ``event_type`` is the class name, except for the two names the
+spec's turn trace fixes: a failed attempt is ``ToolError`` and a timeout ``ToolTimeout``.
+Fields are flat primitives and enums, so events serialise and compare cheaply.
+
+Events are values: nobody mutates one after it is emitted. They are not ``frozen``
+dataclasses because that costs ~0.9 µs per event on the hot path (measured), where every
+guarded call emits two.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from enum import Enum
+from typing import Any, ClassVar
+
+from engine.breaker import BreakerState
+from engine.errors import iso_timestamp
+from engine.kinds import ErrorClass, ErrorKind
+
+EVENT_TYPES: dict[str, type[Event]] = {}
+
+
+@dataclass(slots=True, kw_only=True)
+class Event:
+    event_type: ClassVar[str] = "Event"
+    _abstract: ClassVar[bool] = True
+
+    at: float
+    t: float
+
+    def __init_subclass__(cls, event_type: str | None = None, abstract: bool = False, **kwargs: Any) -> None:
+        object.__init_subclass__(**kwargs)  # zero-arg super() breaks under dataclass(slots=True)
+        # dataclass(slots=True) re-creates the class without these keywords: read them back.
+        if abstract or cls.__dict__.get("_abstract"):
+            cls._abstract = True
+            return
+        cls.event_type = event_type or cls.__dict__.get("event_type") or cls.__name__
+        EVENT_TYPES[cls.event_type] = cls  # the re-created class replaces the first one
+
+    def describe(self) -> str:
+        """One line for people: logs, the console, summaries."""
+        return self.event_type
+
+    def to_dict(self) -> dict[str, Any]:
+        names = _FIELD_NAMES.get(type(self)) or _field_names(type(self))
+        out: dict[str, Any] = {"event_type": self.event_type, "timestamp": iso_timestamp(self.at)}
+        for name in names:
+            value = getattr(self, name)
+            out[name] = value.value if isinstance(value, Enum) else value
+        out["message"] = self.describe()
+        return out
+
+
+_FIELD_NAMES: dict[type[Event], tuple[str, ...]] = {}
+
+
+def _field_names(cls: type[Event]) -> tuple[str, ...]:
+    names = _FIELD_NAMES[cls] = tuple(f.name for f in fields(cls))
+    return names
+
+
+# --- tool calls ---------------------------------------------------------------------------
+
+
+@dataclass(slots=True, kw_only=True)
+class ToolEvent(Event, abstract=True):
+    """Something that happened to one call of one tool."""
+
+    tool_id: str
+    call_id: str
+    turn_id: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class AttemptStarted(ToolEvent):
+    """An attempt began, with the deadline at which it will be cut off."""
+
+    attempt: int
+    timeout_ms: float
+    deadline: float
+    """Engine time at which this attempt is cut off (for countdowns)."""
+    probe: bool = False
+
+    def describe(self) -> str:
+        probe = " (half-open probe)" if self.probe else ""
+        return f"{self.tool_id} attempt {self.attempt} started{probe}"
+
+
+@dataclass(slots=True, kw_only=True)
+class ToolTimedOut(ToolEvent, event_type="ToolTimeout"):
+    """An attempt hit the tool's timeout and was terminated."""
+
+    attempt: int
+    timeout_ms: float
+
+    def describe(self) -> str:
+        return f"Tool timeout after {self.timeout_ms / 1000:g}s ({self.tool_id}, attempt {self.attempt})"
+
+
+@dataclass(slots=True, kw_only=True)
+class AttemptFailed(ToolEvent, event_type="ToolError"):
+    """One failed attempt and what was decided about it (spec §8.2)."""
+
+    attempt: int
+    error: str
+    error_type: str
+    kind: ErrorKind
+    classification: ErrorClass
+    rule: str
+    reason: str
+    status_code: int | None
+    circuit_breaker_state: BreakerState
+    retry_count: int
+    """Retries made before this attempt (0 for the first)."""
+    decision: str
+    decision_reason: str
+    delay_ms: float | None = None
+    latency_ms: float = 0.0
+
+    def describe(self) -> str:
+        return (
+            f"{self.tool_id} attempt {self.attempt} failed: {self.error} "
+            f"[{self.kind}, {self.classification}] → {self.decision}: {self.decision_reason}"
+        )
+
+
+@dataclass(slots=True, kw_only=True)
+class CallSucceeded(ToolEvent):
+    """The call returned a value ("Tool succeeded on retry 2")."""
+
+    attempts: int
+    latency_ms: float
+
+    def describe(self) -> str:
+        if self.attempts > 1:
+            return f"Tool succeeded on retry {self.attempts} ({self.tool_id})"
+        return f"{self.tool_id} succeeded in {self.latency_ms:.1f} ms"
+
+
+@dataclass(slots=True, kw_only=True)
+class CallFailed(ToolEvent):
+    """The call ended in a ToolError: permanent, out of retries, short-circuited or unknown."""
+
+    attempts: int
+    kind: ErrorKind
+    classification: ErrorClass
+    error: str
+    reason: str
+    latency_ms: float
+
+    def describe(self) -> str:
+        return f"{self.tool_id} failed after {self.attempts} attempt(s): {self.error} ({self.reason})"
+
+
+@dataclass(slots=True, kw_only=True)
+class CallRejected(ToolEvent):
+    """Short-circuited by the breaker: no attempt was made."""
+
+    state: BreakerState
+    reason: str
+
+    def describe(self) -> str:
+        return f"{self.tool_id} rejected: {self.reason}"
+
+
+# --- breakers -----------------------------------------------------------------------------
+
+
+@dataclass(slots=True, kw_only=True)
+class BreakerTransitioned(Event, abstract=True):
+    """A breaker changed state."""
+
+    tool_id: str
+    from_state: BreakerState
+    to_state: BreakerState
+    reason: str
+    actor: str
+    consecutive_failures: int
+    half_open_at: float | None = None
+    """Engine time at which an OPEN breaker admits a probe."""
+
+    def describe(self) -> str:
+        by = "" if self.actor == "engine" else f" by {self.actor}"
+        return f"{self.tool_id}: {self.from_state} → {self.to_state}{by} ({self.reason})"
+
+
+@dataclass(slots=True, kw_only=True)
+class BreakerOpened(BreakerTransitioned):
+    """Too many consecutive transient failures, or a failed probe: calls are rejected."""
+
+    def describe(self) -> str:
+        return f"Circuit breaker opened for {self.tool_id} ({self.reason})"
+
+
+@dataclass(slots=True, kw_only=True)
+class BreakerHalfOpened(BreakerTransitioned):
+    """The open timer ran out: one probe at a time is admitted."""
+
+
+@dataclass(slots=True, kw_only=True)
+class BreakerClosed(BreakerTransitioned):
+    """Enough probes succeeded: normal operation resumes."""
+
+
+@dataclass(slots=True, kw_only=True)
+class BreakerTripped(BreakerTransitioned):
+    """Forced open by an operator until reset."""
+
+
+@dataclass(slots=True, kw_only=True)
+class BreakerReset(BreakerTransitioned):
+    """Closed by an operator."""
+
+
+@dataclass(slots=True, kw_only=True)
+class BreakerDisabled(BreakerTransitioned):
+    """Admits everything while still counting, by an operator's choice."""
+
+
+# --- manifests ----------------------------------------------------------------------------
+
+
+@dataclass(slots=True, kw_only=True)
+class ManifestLoaded(Event):
+    """A valid manifest came into force (at start-up or on hot reload)."""
+
+    tool_id: str
+    path: str
+    version: int
+    digest: str
+    previous_digest: str | None = None
+
+    def describe(self) -> str:
+        verb = "reloaded" if self.previous_digest else "loaded"
+        return f"manifest for {self.tool_id} {verb} from {self.path} (v{self.version}, {self.digest})"
+
+
+@dataclass(slots=True, kw_only=True)
+class ManifestRejected(Event):
+    """An invalid manifest file was refused; the last good version stays in force."""
+
+    path: str
+    errors: tuple[str, ...]
+    kept_digest: str | None
+    """Digest of the last good version still in force, if there is one."""
+
+    def describe(self) -> str:
+        kept = f"; keeping {self.kept_digest}" if self.kept_digest else ""
+        more = f" (+{len(self.errors) - 1} more)" if len(self.errors) > 1 else ""
+        return f"manifest rejected: {self.errors[0] if self.errors else self.path}{more}{kept}"
+
+
+@dataclass(slots=True, kw_only=True)
+class ManifestRemoved(Event):
+    """A manifest file was deleted; its tool falls back to the defaults."""
+
+    tool_id: str
+    path: str
+    version: int
+
+    def describe(self) -> str:
+        return f"manifest for {self.tool_id} removed ({self.path}); the tool falls back to defaults"
+
+
+_BREAKER_EVENTS: dict[BreakerState, type[BreakerTransitioned]] = {
+    BreakerState.OPEN: BreakerOpened,
+    BreakerState.HALF_OPEN: BreakerHalfOpened,
+    BreakerState.CLOSED: BreakerClosed,
+    BreakerState.FORCED_OPEN: BreakerTripped,
+    BreakerState.DISABLED: BreakerDisabled,
+}
+
+
+def breaker_event_type(to_state: BreakerState, actor: str) -> type[BreakerTransitioned]:
+    if to_state is BreakerState.CLOSED and actor != "engine":
+        return BreakerReset
+    return _BREAKER_EVENTS[to_state]
+
+
+def vocabulary_markdown() -> str:
+    """README's table of event types, generated from :data:`EVENT_TYPES`."""
+    rows = ["| event_type | class | meaning |", "| --- | --- | --- |"]
+    for name, cls in EVENT_TYPES.items():
+        doc = (cls.__doc__ or "").strip().splitlines()[0]
+        rows.append(f"| `{name}` | `{cls.__name__}` | {doc} |")
+    return "\n".join(rows)

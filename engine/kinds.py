@@ -1,0 +1,163 @@
+"""The catalogue of error kinds: what went wrong, whether the tool ran, and whether it heals.
+
+One kind per meaning. Seed 004's tool kinds, the spec's error categories and seed 004's
+LLM-provider kinds overlap (``timeout`` appears in all three, "rate limited" is the
+provider's ``rate_limit``, "authentication/permission" is ``auth_error``); each meaning
+is listed once, and :data:`KIND_SOURCES` records which document asked for it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class ErrorClass(StrEnum):
+    """The spec's two classes: will the same call succeed if tried again later?"""
+
+    TRANSIENT = "transient"
+    PERMANENT = "permanent"
+
+
+class ErrorKind(StrEnum):
+    # seed 004: tool kinds
+    UNKNOWN_TOOL = "unknown_tool"
+    NOT_PERMITTED = "not_permitted"
+    INVALID_PARAMETERS = "invalid_parameters"
+    LIMIT_EXCEEDED = "limit_exceeded"
+    CANCELED = "canceled"
+    TIMEOUT = "timeout"
+    TRANSPORT_ERROR = "transport_error"
+    EXECUTION_ERROR = "execution_error"
+    INTERNAL_ERROR = "internal_error"
+    # spec §1 categories not already above
+    RATE_LIMIT = "rate_limit"
+    SERVICE_UNAVAILABLE = "service_unavailable"
+    CONNECTION_RESET = "connection_reset"
+    PARTIAL_RESULT = "partial_result"
+    AUTH_ERROR = "auth_error"
+    NOT_FOUND = "not_found"
+    UNSUPPORTED = "unsupported"
+    INVALID_RESPONSE = "invalid_response"
+    CIRCUIT_OPEN = "circuit_open"
+    # seed 004: LLM-provider kinds not already above
+    QUOTA_EXCEEDED = "quota_exceeded"
+    MODEL_ERROR = "model_error"
+    NETWORK_ERROR = "network_error"
+
+    @property
+    def info(self) -> KindInfo:
+        return KIND_INFO[self]
+
+    @property
+    def executed(self) -> bool:
+        return KIND_INFO[self].executed
+
+    @property
+    def default_class(self) -> ErrorClass:
+        return KIND_INFO[self].default_class
+
+    @property
+    def transient(self) -> bool:
+        return KIND_INFO[self].default_class is ErrorClass.TRANSIENT
+
+
+@dataclass(frozen=True, slots=True)
+class KindInfo:
+    """What a kind means, in code (seed 004, decision A)."""
+
+    executed: bool
+    """Did the tool run (or may it have run)? Only executed kinds count as executed tools."""
+    default_class: ErrorClass
+    ambiguous: bool
+    """The request may have reached the tool but its outcome is unknown (matters for side effects)."""
+    description: str
+
+
+_T, _P = ErrorClass.TRANSIENT, ErrorClass.PERMANENT
+
+KIND_INFO: dict[ErrorKind, KindInfo] = {
+    ErrorKind.UNKNOWN_TOOL: KindInfo(False, _P, False, "The tool does not exist or is disabled."),
+    ErrorKind.NOT_PERMITTED: KindInfo(False, _P, False, "The tool is blocked by policy or allowlist."),
+    ErrorKind.INVALID_PARAMETERS: KindInfo(
+        False, _P, False, "The arguments failed validation; the caller must fix them."
+    ),
+    ErrorKind.LIMIT_EXCEEDED: KindInfo(False, _P, False, "A per-turn tool-call limit was reached."),
+    ErrorKind.CANCELED: KindInfo(False, _P, False, "Stop or abort was requested before the tool ran."),
+    ErrorKind.TIMEOUT: KindInfo(True, _T, True, "The call did not finish within its time limit."),
+    ErrorKind.TRANSPORT_ERROR: KindInfo(
+        True, _T, True, "The transport or protocol failed mid-exchange (JSON-RPC, framing, HTTP)."
+    ),
+    ErrorKind.EXECUTION_ERROR: KindInfo(
+        True, _T, False, "The tool ran and failed for an unrecognised reason (transient by default)."
+    ),
+    ErrorKind.INTERNAL_ERROR: KindInfo(
+        True, _P, False, "The tool crashed on a programming error; retrying repeats the bug."
+    ),
+    ErrorKind.RATE_LIMIT: KindInfo(True, _T, False, "Rate limited or overloaded; resets over time."),
+    ErrorKind.SERVICE_UNAVAILABLE: KindInfo(
+        True, _T, False, "The service is temporarily down or failing (5xx)."
+    ),
+    ErrorKind.CONNECTION_RESET: KindInfo(
+        True, _T, True, "The connection dropped mid-request; the request may have been processed."
+    ),
+    ErrorKind.PARTIAL_RESULT: KindInfo(
+        True, _T, False, "The tool returned an incomplete result (truncated or cut short)."
+    ),
+    ErrorKind.AUTH_ERROR: KindInfo(True, _P, False, "Credentials or permissions were rejected."),
+    ErrorKind.NOT_FOUND: KindInfo(True, _P, False, "The requested resource does not exist."),
+    ErrorKind.UNSUPPORTED: KindInfo(True, _P, False, "The tool does not support this operation."),
+    ErrorKind.INVALID_RESPONSE: KindInfo(
+        True, _P, False, "The response was malformed or failed schema validation."
+    ),
+    ErrorKind.CIRCUIT_OPEN: KindInfo(
+        False, _T, False, "Rejected by the tool's open circuit breaker; no attempt was made."
+    ),
+    ErrorKind.QUOTA_EXCEEDED: KindInfo(
+        True, _P, False, "A billing or daily quota is exhausted; retrying will not help."
+    ),
+    ErrorKind.MODEL_ERROR: KindInfo(
+        True, _P, False, "The model is unknown, invalid or unavailable to this account."
+    ),
+    ErrorKind.NETWORK_ERROR: KindInfo(
+        True, _T, False, "The peer could not be reached (DNS, refused connection, TLS)."
+    ),
+}
+
+KIND_SOURCES: dict[ErrorKind, tuple[str, ...]] = {
+    ErrorKind.UNKNOWN_TOOL: ("seed 004 tool", "spec: tool not found"),
+    ErrorKind.NOT_PERMITTED: ("seed 004 tool",),
+    ErrorKind.INVALID_PARAMETERS: ("seed 004 tool", "spec: invalid input"),
+    ErrorKind.LIMIT_EXCEEDED: ("seed 004 tool",),
+    ErrorKind.CANCELED: ("seed 004 tool",),
+    ErrorKind.TIMEOUT: ("seed 004 tool", "seed 004 LLM", "spec: network timeout"),
+    ErrorKind.TRANSPORT_ERROR: ("seed 004 tool",),
+    ErrorKind.EXECUTION_ERROR: ("seed 004 tool",),
+    ErrorKind.INTERNAL_ERROR: ("seed 004 tool",),
+    ErrorKind.RATE_LIMIT: ("seed 004 LLM", "spec: rate limited"),
+    ErrorKind.SERVICE_UNAVAILABLE: ("spec: service unavailable",),
+    ErrorKind.CONNECTION_RESET: ("spec: connection reset",),
+    ErrorKind.PARTIAL_RESULT: ("spec: partial result",),
+    ErrorKind.AUTH_ERROR: ("seed 004 LLM", "spec: authentication/permission"),
+    ErrorKind.NOT_FOUND: ("spec: not found",),
+    ErrorKind.UNSUPPORTED: ("spec: unsupported operation",),
+    ErrorKind.INVALID_RESPONSE: ("spec: response/schema validation",),
+    ErrorKind.CIRCUIT_OPEN: ("spec: circuit open",),
+    ErrorKind.QUOTA_EXCEEDED: ("seed 004 LLM",),
+    ErrorKind.MODEL_ERROR: ("seed 004 LLM",),
+    ErrorKind.NETWORK_ERROR: ("seed 004 LLM",),
+}
+
+
+def kinds_table_markdown() -> str:
+    """README's table of kinds, generated from :data:`KIND_INFO` (a test keeps README in sync)."""
+    rows = [
+        "| kind | class | executed | ambiguous | meaning |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for kind, info in KIND_INFO.items():
+        rows.append(
+            f"| `{kind}` | {info.default_class} | {'yes' if info.executed else 'no'} "
+            f"| {'yes' if info.ambiguous else 'no'} | {info.description} |"
+        )
+    return "\n".join(rows)

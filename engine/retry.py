@@ -1,0 +1,107 @@
+"""Retry policy (spec §2): exponential backoff with jitter inside a total time budget.
+
+Everything here is pure: the caller passes elapsed time, the attempt count and a
+``random.Random``, so the math is tested without clocks.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class RetryPolicy(BaseModel):
+    """Spec §2.1 defaults; every field can be overridden per tool (spec §2.2)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    strategy: Literal["exponential_backoff", "fixed"] = "exponential_backoff"
+    initial_delay_ms: float = Field(default=100.0, ge=0)
+    multiplier: float = Field(default=2.0, ge=1.0)
+    max_delay_ms: float = Field(default=800.0, ge=0)
+    jitter_percent: float = Field(default=10.0, ge=0, le=100)
+    max_attempts: int = Field(default=5, ge=1)
+    """Total attempts, the first included."""
+    max_total_time_ms: float = Field(default=2000.0, gt=0)
+    """No retry starts later than this after the first attempt started."""
+
+    @model_validator(mode="after")
+    def _delays_ordered(self) -> Self:
+        if self.initial_delay_ms > self.max_delay_ms:
+            raise ValueError(
+                f"initial_delay_ms ({self.initial_delay_ms:g}) exceeds max_delay_ms ({self.max_delay_ms:g})"
+            )
+        return self
+
+    def base_delay_ms(self, retry: int) -> float:
+        """Delay before retry number ``retry`` (1 = the second attempt), before jitter."""
+        if self.strategy == "fixed":
+            return self.initial_delay_ms
+        return min(self.initial_delay_ms * self.multiplier ** (retry - 1), self.max_delay_ms)
+
+    def delay_s(self, retry: int, rng: random.Random) -> float:
+        """Jittered delay: the spec caps first, then adds ±jitter (800 ms ± 80 ms)."""
+        base = self.base_delay_ms(retry)
+        spread = self.jitter_percent / 100.0
+        if spread:
+            base *= 1.0 + rng.uniform(-spread, spread)
+        return base / 1000.0
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPlan:
+    """Whether to retry, after how long, and why."""
+
+    retry: bool
+    delay_s: float
+    reason: str
+
+
+def plan_retry(
+    policy: RetryPolicy,
+    *,
+    attempts_made: int,
+    elapsed_s: float,
+    rng: random.Random,
+    retry_after_s: float | None = None,
+    remaining_s: float | None = None,
+) -> RetryPlan:
+    """Decide the next retry after a transient failure.
+
+    ``elapsed_s`` counts from the first attempt's start: a retry that cannot start within
+    ``max_total_time_ms`` is not made (seed 000 2.4). ``remaining_s`` is an outer budget (the
+    turn's deadline): a retry is only made if it would start with time left to run.
+    """
+    if attempts_made >= policy.max_attempts:
+        return RetryPlan(False, 0.0, f"max attempts ({policy.max_attempts}) reached")
+    delay_s = policy.delay_s(attempts_made, rng)
+    budgets = [
+        (f"{policy.max_total_time_ms:g} ms retry", policy.max_total_time_ms / 1000.0 - elapsed_s, False)
+    ]
+    if remaining_s is not None:
+        budgets.append(("turn", remaining_s, True))
+    if retry_after_s is not None:
+        for name, left_s, _ in budgets:
+            if retry_after_s > left_s:
+                return RetryPlan(
+                    False,
+                    0.0,
+                    f"server asked to retry after {retry_after_s:g}s, beyond the remaining "
+                    f"{name} budget of {max(left_s, 0.0):.3g}s",
+                )
+        delay_s = max(delay_s, retry_after_s)
+    for name, left_s, must_finish in budgets:
+        if left_s <= 0:
+            return RetryPlan(False, 0.0, f"the {name} time budget is spent")
+        if delay_s > left_s or (must_finish and delay_s >= left_s):
+            return RetryPlan(
+                False,
+                0.0,
+                f"retry {attempts_made} would start in {delay_s * 1000:.0f} ms, past the "
+                f"remaining {name} budget of {left_s * 1000:.0f} ms",
+            )
+    why = "server Retry-After" if retry_after_s is not None and delay_s == retry_after_s else "backoff"
+    return RetryPlan(True, delay_s, f"retry {attempts_made} in {delay_s * 1000:.0f} ms ({why})")

@@ -1,0 +1,112 @@
+"""Backoff math and the retry decision, without clocks."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from engine.retry import RetryPolicy, plan_retry
+
+
+def test_spec_defaults() -> None:
+    policy = RetryPolicy()
+    assert (policy.initial_delay_ms, policy.multiplier, policy.max_delay_ms) == (100, 2, 800)
+    assert (policy.jitter_percent, policy.max_attempts, policy.max_total_time_ms) == (10, 5, 2000)
+
+
+def test_base_delays_double_up_to_the_cap() -> None:
+    policy = RetryPolicy()
+    assert [policy.base_delay_ms(r) for r in range(1, 7)] == [100, 200, 400, 800, 800, 800]
+
+
+def test_fixed_strategy_keeps_the_initial_delay() -> None:
+    policy = RetryPolicy(strategy="fixed", initial_delay_ms=250, max_delay_ms=250)
+    assert [policy.base_delay_ms(r) for r in range(1, 4)] == [250, 250, 250]
+
+
+@given(seed=st.integers(), retry=st.integers(min_value=1, max_value=12), jitter=st.floats(0, 100))
+def test_jitter_stays_within_its_percentage_of_the_capped_delay(seed: int, retry: int, jitter: float) -> None:
+    policy = RetryPolicy(jitter_percent=jitter)
+    base = policy.base_delay_ms(retry) / 1000
+    delay = policy.delay_s(retry, random.Random(seed))
+    assert base * (1 - jitter / 100) - 1e-12 <= delay <= base * (1 + jitter / 100) + 1e-12
+
+
+def test_same_seed_same_delays() -> None:
+    policy = RetryPolicy()
+    first = [policy.delay_s(r, random.Random(42)) for r in range(1, 5)]
+    assert first == [policy.delay_s(r, random.Random(42)) for r in range(1, 5)]
+
+
+def test_zero_jitter_is_exact() -> None:
+    assert RetryPolicy(jitter_percent=0).delay_s(3, random.Random()) == pytest.approx(0.4)
+
+
+def test_initial_delay_above_max_delay_is_rejected() -> None:
+    with pytest.raises(ValidationError, match="initial_delay_ms"):
+        RetryPolicy(initial_delay_ms=900, max_delay_ms=800)
+
+
+def test_unknown_fields_are_rejected() -> None:
+    with pytest.raises(ValidationError):
+        RetryPolicy(max_retries=3)  # type: ignore[call-arg]
+
+
+def plan(**kw: float) -> tuple[bool, float, str]:
+    defaults: dict[str, float] = {"attempts_made": 1, "elapsed_s": 0.0}
+    args = {**defaults, **kw}
+    policy = RetryPolicy(jitter_percent=0)
+    result = plan_retry(policy, rng=random.Random(0), **args)  # type: ignore[arg-type]
+    return result.retry, result.delay_s, result.reason
+
+
+def test_retries_with_backoff_while_attempts_and_budget_remain() -> None:
+    assert plan(attempts_made=1) == (True, pytest.approx(0.1), "retry 1 in 100 ms (backoff)")
+    assert plan(attempts_made=3, elapsed_s=0.5)[:2] == (True, pytest.approx(0.4))
+
+
+def test_stops_at_max_attempts() -> None:
+    retry, _, reason = plan(attempts_made=5)
+    assert not retry
+    assert reason == "max attempts (5) reached"
+
+
+def test_a_retry_that_cannot_start_within_the_total_budget_is_not_made() -> None:
+    assert plan(attempts_made=4, elapsed_s=1.1)[0], "starts at 1.9 s: inside the 2 s budget"
+    retry, _, reason = plan(attempts_made=4, elapsed_s=1.3)
+    assert not retry
+    assert "past the remaining 2000 ms retry budget of 700 ms" in reason
+
+
+def test_spent_budget_says_so() -> None:
+    retry, _, reason = plan(elapsed_s=30.0)
+    assert not retry
+    assert reason == "the 2000 ms retry time budget is spent"
+
+
+def test_retry_after_is_honoured_when_it_fits() -> None:
+    retry, delay, reason = plan(retry_after_s=1.5)
+    assert retry
+    assert delay == pytest.approx(1.5)
+    assert "server Retry-After" in reason
+
+
+def test_retry_after_beyond_the_budget_gives_up_at_once_and_says_why() -> None:
+    retry, delay, reason = plan(retry_after_s=30.0, elapsed_s=0.2)
+    assert (retry, delay) == (False, 0.0)
+    assert reason == "server asked to retry after 30s, beyond the remaining 2000 ms retry budget of 1.8s"
+
+
+def test_short_retry_after_does_not_shorten_the_backoff() -> None:
+    assert plan(attempts_made=3, retry_after_s=0.01)[1] == pytest.approx(0.4)
+
+
+def test_turn_budget_caps_retries_more_tightly() -> None:
+    retry, _, reason = plan(remaining_s=0.1)
+    assert not retry, "a retry starting exactly at the turn deadline could not finish"
+    assert "turn" in reason
+    assert plan(remaining_s=0.5)[0]

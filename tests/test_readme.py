@@ -1,0 +1,50 @@
+"""README is the front door: its commands, example and tables must be true."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+import trio.testing
+
+from engine.events import vocabulary_markdown
+
+ROOT = Path(__file__).parents[1]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def code_blocks(language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", README, flags=re.DOTALL)
+
+
+def test_ci_runs_exactly_the_readme_test_command() -> None:
+    marker = README.index("<!-- test-command")
+    command = re.search(r"```sh\n(.*?)\n```", README[marker:], flags=re.DOTALL)
+    assert command is not None
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    assert command.group(1) in ci
+
+
+def test_the_api_example_runs(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    example = code_blocks("python")[0]
+    real_run = anyio.run
+
+    def on_virtual_time(fn: Any, *args: Any) -> Any:
+        clock = trio.testing.MockClock(autojump_threshold=0)
+        return real_run(fn, *args, backend="trio", backend_options={"clock": clock})
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(anyio, "run", on_virtual_time)
+    exec(compile(example, "README.md", "exec"), {"__name__": "readme"})
+    out = capsys.readouterr().out
+    assert "['SFO-JFK 08:15', 'SFO-JFK 17:40']" in out
+    assert "Tool succeeded on retry 3 (flight_search)" in out
+    assert "invalid_parameters - exception class ValueError means invalid_parameters" in out
+    assert "True 1" in out
+
+
+def test_event_vocabulary_table_is_generated_from_the_code() -> None:
+    assert vocabulary_markdown() in README
