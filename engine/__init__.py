@@ -8,10 +8,17 @@ Textual or Rich.
 from engine.breaker import AttemptOutcome, BreakerConfig, BreakerState, CircuitBreaker
 from engine.bus import EventBus
 from engine.classify import Classification, ClassificationOverride, Rule, classify
-from engine.engine import CallResult, Engine
+from engine.engine import CallContext, CallResult, Engine
 from engine.errors import ToolError
 from engine.events import EVENT_TYPES, Event
-from engine.handler import Decision
+from engine.handler import (
+    MISSING,
+    Decision,
+    DefaultErrorHandler,
+    ErrorHandler,
+    FailureContext,
+    HandlerDecision,
+)
 from engine.kinds import KIND_INFO, ErrorClass, ErrorKind, KindInfo
 from engine.manifest import (
     ManifestError,
@@ -22,11 +29,29 @@ from engine.manifest import (
     ToolPolicy,
     load_manifest,
 )
+from engine.metrics import Counts, ToolStats
 from engine.retry import RetryPlan, RetryPolicy, plan_retry
+from engine.trace import TurnTrace
+from engine.turns import CallOutcome, CallStatus, ToolCall, Turn, TurnError, TurnResult
 
 __all__ = [
     "EVENT_TYPES",
     "KIND_INFO",
+    "MISSING",
+    "CallContext",
+    "CallOutcome",
+    "CallStatus",
+    "Counts",
+    "DefaultErrorHandler",
+    "ErrorHandler",
+    "FailureContext",
+    "HandlerDecision",
+    "ToolCall",
+    "ToolStats",
+    "Turn",
+    "TurnError",
+    "TurnResult",
+    "TurnTrace",
     "AttemptOutcome",
     "BreakerConfig",
     "BreakerState",

@@ -124,6 +124,15 @@ class CircuitBreaker:
             return Permit(self.generation, probe=True)
         return None
 
+    def would_admit(self, now: float) -> bool:
+        """Whether :meth:`acquire` would admit a call now, without changing anything."""
+        state = self.state
+        if state is BreakerState.CLOSED or state is BreakerState.DISABLED:
+            return True
+        if state is BreakerState.OPEN:
+            return self.half_open_at is not None and now >= self.half_open_at
+        return state is BreakerState.HALF_OPEN and not self.probe_in_flight
+
     def poll(self, now: float) -> bool:
         """Move OPEN to HALF_OPEN if its timer is due; the engine's timer calls this too."""
         if self.state is BreakerState.OPEN and self.half_open_at is not None and now >= self.half_open_at:

@@ -1,4 +1,4 @@
-"""The guarded call: breaker check → attempt under the tool's timeout → classify → retry.
+"""The guarded call: breaker check → attempt under the tool's timeout → classify → decide.
 
 Time comes only from anyio (``current_time``, ``sleep``, cancel scopes), wall-clock stamps
 from the injectable ``wall_clock`` and jitter from the injectable ``rng``, so the whole
@@ -15,34 +15,50 @@ import re
 import time
 from collections.abc import Callable, Iterable
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import anyio
 from anyio import CancelScope, current_time
 
-from engine.breaker import AttemptOutcome, BreakerState, CircuitBreaker, Permit, Transition
+from engine.breaker import AttemptOutcome, BreakerState, CircuitBreaker, Transition
 from engine.bus import EventBus, Subscriber
 from engine.classify import Classification, Rule, classify
 from engine.errors import ToolError
 from engine.events import (
+    AlternativeUsed,
     AttemptFailed,
     AttemptStarted,
     CallFailed,
     CallRejected,
     CallSucceeded,
     Event,
+    HandlerFailed,
     ToolTimedOut,
     breaker_event_type,
 )
-from engine.handler import Decision
+from engine.handler import (
+    MISSING,
+    Decision,
+    DefaultErrorHandler,
+    ErrorHandler,
+    FailureContext,
+    HandlerDecision,
+    HandlerLike,
+    as_handler,
+)
 from engine.kinds import ErrorClass, ErrorKind
-from engine.manifest import TOOL_ID_PATTERN, ManifestRegistry, SideEffect, ToolManifest
-from engine.retry import plan_retry
+from engine.manifest import TOOL_ID_PATTERN, ManifestRegistry, ToolManifest
+from engine.metrics import MetricsRegistry, ToolMetrics, ToolStats
+from engine.retry import RetryPlan, plan_retry
 from engine.timeouts import TimeoutSupervisor, backend_clock
+
+if TYPE_CHECKING:
+    from engine.faults import FaultInjector
+    from engine.turns import Turn, TurnResult
 
 log = logging.getLogger("tripwire.engine")
 
@@ -52,21 +68,63 @@ TOOL_ID = re.compile(TOOL_ID_PATTERN)
 
 @dataclass(slots=True)
 class CallResult:
-    """The outcome of a guarded call: a value, or the :class:`ToolError` that ended it."""
+    """The outcome of a guarded call.
+
+    ``value`` on success; ``error`` (a :class:`ToolError`) when the call failed. A partial
+    success has both: the partial value and the error that cut it short.
+    """
 
     tool_id: str
     value: Any = None
     error: ToolError | None = None
     attempts: int = 0
+    served_by: str | None = None
+    """The alternative tool that produced the result, when the handler routed the call."""
+    decision: Decision | None = None
+    """The handler's final decision when the call did not simply succeed."""
+    reason: str = ""
+    """Why that decision was taken."""
 
     @property
     def ok(self) -> bool:
-        return self.error is None
+        return self.error is None or self.decision is Decision.PARTIAL_SUCCESS
+
+    @property
+    def partial(self) -> bool:
+        return self.decision is Decision.PARTIAL_SUCCESS
 
     def unwrap(self) -> Any:
-        if self.error is not None:
+        if self.error is not None and not self.partial:
             raise self.error
         return self.value
+
+
+@dataclass(slots=True)
+class CallContext:
+    """What a turn knows about one of its calls; standalone calls run without one."""
+
+    call_id: str
+    turn_id: str | None = None
+    deadline: float | None = None
+    """Engine time at which the turn ends."""
+    optional: bool = False
+    dependants: tuple[str, ...] = ()
+    trace: list[Event] | None = None
+    """Where this call's events are recorded, besides the bus."""
+    seed: str | None = None
+    """Seeds this call's jitter, so retries do not depend on task scheduling order."""
+    call_ordinal: int = 0
+    """The tool's call number, assigned at launch (fault plans key on it)."""
+    tried: tuple[str, ...] = ()
+    """Tools already tried for this call (alternatives never loop)."""
+    _rng: random.Random | None = field(default=None, repr=False)
+
+    def rng(self, fallback: random.Random) -> random.Random:
+        if self.seed is None:
+            return fallback
+        if self._rng is None:
+            self._rng = random.Random(self.seed)
+        return self._rng
 
 
 @dataclass(slots=True)
@@ -75,21 +133,28 @@ class _Tool:
     fn: ToolFn
     is_async: bool
     breaker: CircuitBreaker
+    metrics: ToolMetrics
+    calls: int = 0
+    """Calls launched so far (the call ordinal of the next one, minus one)."""
+    signature: inspect.Signature | None = None
 
 
 _CIRCUIT_OPEN = Classification(
     ErrorKind.CIRCUIT_OPEN, ErrorClass.TRANSIENT, False, Rule.TOOL_ERROR,
     "rejected by an open circuit breaker; no attempt was made",
 )  # fmt: skip
+_NO_RETRY = RetryPlan(False, 0.0, "not retryable")
+_DEFAULT_HANDLER = DefaultErrorHandler()
 
 
 class Engine:
-    """Runs tool calls with timeouts, retries and a circuit breaker per tool.
+    """Runs tool calls with timeouts, retries, a circuit breaker per tool and an error handler.
 
     ``manifests`` is a directory of YAML manifests, a :class:`ManifestRegistry`, or an
     iterable of :class:`ToolManifest`. ``async with engine:`` starts the background services
-    (the half-open timer and, with ``watch=True``, manifest hot reload); calls also work
-    outside it, with breakers half-opening lazily on the next call.
+    (the timeout supervisor, the half-open timer and, with ``watch=True``, manifest hot
+    reload); calls also work outside it, with breakers half-opening lazily on the next call.
+    ``handler`` replaces the default error handler; ``faults`` injects a fault plan.
     """
 
     def __init__(
@@ -99,9 +164,11 @@ class Engine:
         watch: bool = False,
         wall_clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
+        handler: HandlerLike | None = None,
+        faults: FaultInjector | None = None,
         watch_debounce_ms: int = 100,
     ) -> None:
-        self._wall = wall_clock
+        self.wall_clock = wall_clock
         self.rng = rng if rng is not None else random.Random()
         if isinstance(manifests, ManifestRegistry):
             self.manifests = manifests
@@ -109,11 +176,16 @@ class Engine:
             self.manifests = ManifestRegistry.from_directory(manifests, at=wall_clock())
         else:
             self.manifests = ManifestRegistry.from_manifests(manifests or (), at=wall_clock())
+        self.handler = as_handler(handler)
+        self.faults = faults
+        self.metrics = MetricsRegistry()
         self._watch = watch
         self._watch_debounce_ms = watch_debounce_ms
         self._bus = EventBus()
         self._tools: dict[str, _Tool] = {}
         self._call_ids = itertools.count(1)
+        self._turn_ids = itertools.count(1)
+        self._trace_sink: list[Event] | None = None
         self._timer_wakeup: anyio.Event | None = None
         self._timeouts = TimeoutSupervisor()
         self._now: Callable[[], float] = current_time
@@ -131,7 +203,7 @@ class Engine:
             getattr(fn, "__call__", None)  # noqa: B004 - async callable objects
         )
         breaker = CircuitBreaker(name, self.manifests.get(name).circuit_breaker, self._on_transition)
-        self._tools[name] = _Tool(name, fn, is_async, breaker)
+        self._tools[name] = _Tool(name, fn, is_async, breaker, self.metrics.tool(name))
         return fn
 
     @property
@@ -149,6 +221,30 @@ class Engine:
 
     def manifest(self, tool_id: str) -> ToolManifest:
         return self.manifests.get(tool_id)
+
+    def stats(self) -> dict[str, ToolStats]:
+        """Per-tool metrics over the engine's life and the rolling window: one snapshot."""
+        return self.metrics.snapshot(current_time())
+
+    def check_arguments(self, tool_id: str, args: dict[str, Any]) -> str | None:
+        """Why ``args`` cannot be passed to the tool, on one line, or None if they can."""
+        tool = self._tool(tool_id)
+        if tool.signature is None:
+            try:
+                tool.signature = inspect.signature(tool.fn)
+            except (TypeError, ValueError):  # some builtins have no signature: let the call decide
+                return None
+        try:
+            tool.signature.bind(**args)
+        except TypeError as exc:
+            return str(exc)
+        return None
+
+    def next_call_ordinal(self, tool_id: str) -> int:
+        """Number a call of ``tool_id`` as it is launched (fault plans key on it)."""
+        tool = self._tool(tool_id)
+        tool.calls += 1
+        return tool.calls
 
     def _tool(self, tool_id: str) -> _Tool:
         tool = self._tools.get(tool_id)
@@ -168,18 +264,24 @@ class Engine:
     def bus(self) -> EventBus:
         return self._bus
 
-    def _emit(self, event: Event) -> None:
-        self._bus.emit(event)
+    def publish(self, event: Event, trace: list[Event] | None = None) -> None:
+        """Deliver ``event`` to subscribers and, when given, to a turn's trace."""
+        if trace is not None:
+            trace.append(event)
+        if self._bus.active:
+            self._bus.emit(event)
 
     def _on_transition(self, tr: Transition) -> None:
-        if tr.to_state is BreakerState.OPEN and self._timer_wakeup is not None:
-            self._timer_wakeup.set()
-        if not self._bus.active:
+        if tr.to_state is BreakerState.OPEN:
+            self._tools[tr.tool_id].metrics.on_breaker_opened(tr.t)
+            if self._timer_wakeup is not None:
+                self._timer_wakeup.set()
+        if not self._bus.active and self._trace_sink is None:
             return
         event_type = breaker_event_type(tr.to_state, tr.actor)
-        self._bus.emit(
+        self.publish(
             event_type(
-                at=self._wall(),
+                at=self.wall_clock(),
                 t=tr.t,
                 tool_id=tr.tool_id,
                 from_state=tr.from_state,
@@ -188,7 +290,8 @@ class Engine:
                 actor=tr.actor,
                 consecutive_failures=tr.consecutive_failures,
                 half_open_at=tr.half_open_at,
-            )
+            ),
+            self._trace_sink,
         )
 
     # --- operator controls ---------------------------------------------------------------
@@ -205,211 +308,423 @@ class Engine:
         """Admit every call while still counting failures."""
         self._tool(tool_id).breaker.disable(current_time(), actor=actor, reason=reason)
 
-    # --- the guarded call ----------------------------------------------------------------
+    # --- calls and turns -----------------------------------------------------------------
 
     async def call(self, tool_id: str, /, **args: Any) -> Any:
-        """Call a tool; returns its value or raises :class:`ToolError`."""
-        result = await self._run(tool_id, args, None, None)
-        if result.error is not None:
-            raise result.error
-        return result.value
+        """Call a tool; returns its value (or a partial result) or raises :class:`ToolError`."""
+        return (await self.execute(tool_id, args)).unwrap()
 
     async def try_call(self, tool_id: str, /, **args: Any) -> CallResult:
         """Like :meth:`call`, but returns a :class:`CallResult` instead of raising."""
-        return await self._run(tool_id, args, None, None)
+        return await self.execute(tool_id, args)
 
-    async def _run(
-        self, tool_id: str, args: dict[str, Any], call_id: str | None, turn_id: str | None
+    async def run_turn(
+        self, turn: Turn, *, stop: anyio.Event | None = None, handler: HandlerLike | None = None
+    ) -> TurnResult:
+        """Run a turn's calls in dependency order; see :mod:`engine.turns`."""
+        from engine.turns import TurnRunner  # turns build on the guarded call
+
+        return await TurnRunner(self, turn, stop=stop, handler=as_handler(handler)).run()
+
+    def next_turn_id(self) -> str:
+        return f"t{next(self._turn_ids)}"
+
+    async def execute(
+        self,
+        tool_id: str,
+        args: dict[str, Any],
+        ctx: CallContext | None = None,
+        handler: HandlerLike | None = None,
     ) -> CallResult:
-        if call_id is None:
-            call_id = f"c{next(self._call_ids)}"
+        """Run one guarded call, within a turn's :class:`CallContext` when given."""
+        if ctx is None:
+            call_id, turn_id, trace, deadline = f"c{next(self._call_ids)}", None, None, None
+        else:
+            call_id, turn_id, trace, deadline = ctx.call_id, ctx.turn_id, ctx.trace, ctx.deadline
         tool = self._tools.get(tool_id)
         if tool is None:
-            return self._unknown_tool(tool_id, args, call_id, turn_id)
+            return self._unknown_tool(tool_id, args, call_id, turn_id, trace)
         breaker = tool.breaker
+        metrics = tool.metrics
         clock = self._now
         start = now = clock()
+        metrics.on_call(now)
+        self._trace_sink = trace
         permit = breaker.acquire(now)
-        if permit is None:
-            return self._rejected(tool, args, call_id, turn_id, now)
+        self._trace_sink = None
         manifest = self.manifests.get(tool_id)  # in force for the whole call, even across reloads
+        if permit is None:
+            return await self._rejected(tool, manifest, args, ctx, call_id, turn_id, trace, now, handler)
         bus = self._bus
+        faults = self.faults
+        if ctx is not None and ctx.call_ordinal:
+            ordinal = ctx.call_ordinal
+        elif faults is not None:
+            tool.calls += 1
+            ordinal = tool.calls
+        else:
+            ordinal = 0
         timeouts = self._timeouts
         timeout_s = manifest.timeout_ms / 1000.0
         attempt = 0
         while True:
             attempt += 1
             attempt_start = now
-            deadline = now + timeout_s
-            if bus.active:
-                bus.emit(AttemptStarted(
-                    at=self._wall(), t=now, tool_id=tool_id, call_id=call_id, turn_id=turn_id,
-                    attempt=attempt, timeout_ms=manifest.timeout_ms, deadline=deadline,
-                    probe=permit.probe,
-                ))  # fmt: skip
+            cutoff = now + timeout_s
+            observed = trace is not None or bus.active
+            fault = None
+            if faults is not None:
+                fault = faults.pick(tool_id, call=ordinal, attempt=attempt, turn_id=turn_id, call_id=call_id)
+            fault_type = fault.fault_type if fault is not None else None
+            if observed:
+                event = AttemptStarted(
+                    at=self.wall_clock(), t=now, tool_id=tool_id, call_id=call_id, turn_id=turn_id,
+                    attempt=attempt, timeout_ms=manifest.timeout_ms,
+                    deadline=cutoff if deadline is None or cutoff < deadline else deadline,
+                    probe=permit.probe, fault_type=fault_type,
+                )  # fmt: skip
+                if trace is not None:
+                    trace.append(event)
+                if bus.active:
+                    bus.emit(event)
             error: Exception | None = None
             if timeouts.running:
                 scope = CancelScope()
-                bucket = timeouts.watch(timeout_s, scope, deadline)
+                bucket = timeouts.watch(timeout_s, scope, cutoff)
             else:
-                scope, bucket = CancelScope(deadline=deadline), None
+                scope, bucket = CancelScope(deadline=cutoff), None
             try:
                 with scope:
                     try:
-                        if tool.is_async:
+                        if fault is not None:
+                            value = await fault.run(partial(self._invoke, tool, args))
+                        elif tool.is_async:
                             value = await tool.fn(**args)
                         else:
-                            value = await anyio.to_thread.run_sync(
-                                partial(tool.fn, **args), abandon_on_cancel=True
-                            )
+                            value = await self._invoke(tool, args)
                     except Exception as exc:
                         error = exc
-            except BaseException:
-                breaker.record(permit, AttemptOutcome.ABANDONED, current_time())  # cancelled from outside
+            except BaseException:  # cancelled from outside (the turn's deadline, a stop): no evidence
+                breaker.record(permit, AttemptOutcome.ABANDONED, current_time())
                 raise
             finally:
                 if bucket is not None:
                     bucket.pop(scope, None)
             now = clock()
             if error is None and not scope.cancelled_caught:
+                self._trace_sink = trace
                 breaker.record(permit, AttemptOutcome.SUCCEEDED, now)
-                if bus.active:
-                    bus.emit(CallSucceeded(
-                        at=self._wall(), t=now, tool_id=tool_id, call_id=call_id, turn_id=turn_id,
+                self._trace_sink = None
+                metrics.on_success(now, now - attempt_start, retried=attempt > 1)
+                if observed:
+                    succeeded = CallSucceeded(
+                        at=self.wall_clock(), t=now, tool_id=tool_id, call_id=call_id, turn_id=turn_id,
                         attempts=attempt, latency_ms=(now - start) * 1000.0,
-                    ))  # fmt: skip
+                    )  # fmt: skip
+                    if trace is not None:
+                        trace.append(succeeded)
+                    if bus.active:
+                        bus.emit(succeeded)
                 return CallResult(tool_id, value, None, attempt)
 
             if error is None:  # the deadline cut the attempt off
                 error = TimeoutError(f"Tool timeout after {timeout_s:g}s")
-                if bus.active:
-                    bus.emit(ToolTimedOut(
-                        at=self._wall(), t=now, tool_id=tool_id, call_id=call_id, turn_id=turn_id,
-                        attempt=attempt, timeout_ms=manifest.timeout_ms,
-                    ))  # fmt: skip
-            classification = classify(error, manifest, now=self._wall)
+                if observed:
+                    self.publish(
+                        ToolTimedOut(
+                            at=self.wall_clock(), t=now, tool_id=tool_id, call_id=call_id, turn_id=turn_id,
+                            attempt=attempt, timeout_ms=manifest.timeout_ms,
+                        ),
+                        trace,
+                    )  # fmt: skip
+            classification = classify(error, manifest, now=self.wall_clock)
+            self._trace_sink = trace
             breaker.record(permit, _outcome(classification), now)
-            decision, reason, delay_s = self._decide(classification, manifest, breaker, attempt, now - start)
-            if bus.active:
-                bus.emit(AttemptFailed(
-                    at=self._wall(), t=now, tool_id=tool_id, call_id=call_id, turn_id=turn_id,
-                    attempt=attempt, error=_message(error), error_type=type(error).__name__,
-                    kind=classification.kind, classification=classification.error_class,
-                    rule=classification.rule, reason=classification.reason,
-                    status_code=classification.status_code,
-                    circuit_breaker_state=breaker.state, retry_count=attempt - 1,
-                    decision=decision, decision_reason=reason,
-                    delay_ms=delay_s * 1000.0 if decision is Decision.RETRY else None,
-                    latency_ms=(now - attempt_start) * 1000.0,
-                ))  # fmt: skip
-            if decision is not Decision.RETRY:
-                return self._failed(
-                    tool_id, args, call_id, turn_id, now, attempt, error, classification, reason, start
+            self._trace_sink = None
+            metrics.on_attempt_failed(
+                now, now - attempt_start, transient=classification.transient,
+                timed_out=classification.kind is ErrorKind.TIMEOUT,
+            )  # fmt: skip
+            decided = self._decide(
+                tool, manifest, error, classification, ctx, call_id, turn_id, attempt, now - start, now, handler
+            )
+            if observed:
+                self.publish(
+                    AttemptFailed(
+                        at=self.wall_clock(), t=now, tool_id=tool_id, call_id=call_id, turn_id=turn_id,
+                        attempt=attempt, error=_message(error), error_type=type(error).__name__,
+                        kind=classification.kind, classification=classification.error_class,
+                        rule=classification.rule, reason=classification.reason,
+                        status_code=classification.status_code,
+                        circuit_breaker_state=breaker.state, retry_count=attempt - 1,
+                        decision=decided.decision, decision_reason=decided.reason,
+                        delay_ms=decided.delay_s * 1000.0 if decided.decision is Decision.RETRY else None,
+                        latency_ms=(now - attempt_start) * 1000.0, fault_type=fault_type,
+                    ),
+                    trace,
+                )  # fmt: skip
+            if decided.decision is not Decision.RETRY:
+                return await self._conclude(
+                    tool, args, ctx, call_id, turn_id, trace, now, start, attempt, error, classification, decided
                 )
-            await anyio.sleep(delay_s)
+            await anyio.sleep(decided.delay_s)
             now = clock()
+            self._trace_sink = trace
             permit = breaker.acquire(now)
+            self._trace_sink = None
             if permit is None:
                 reason = f"retry short-circuited: {breaker.rejection_reason()}"
-                return self._failed(
-                    tool_id, args, call_id, turn_id, now, attempt, error, _CIRCUIT_OPEN, reason, start
+                shorted = HandlerDecision(Decision.ESCALATE, reason)
+                return await self._conclude(
+                    tool, args, ctx, call_id, turn_id, trace, now, start, attempt, error, _CIRCUIT_OPEN, shorted
                 )
+            metrics.on_retry(now)
+
+    async def _invoke(self, tool: _Tool, args: dict[str, Any]) -> Any:
+        if tool.is_async:
+            return await tool.fn(**args)
+        return await anyio.to_thread.run_sync(partial(tool.fn, **args), abandon_on_cancel=True)
+
+    # --- decisions -----------------------------------------------------------------------
 
     def _decide(
         self,
-        classification: Classification,
+        tool: _Tool,
         manifest: ToolManifest,
-        breaker: CircuitBreaker,
-        attempt: int,
-        elapsed_s: float,
-    ) -> tuple[Decision, str, float]:
-        if not classification.retryable:
-            return Decision.ESCALATE, f"{classification.error_class} error: not retried", 0.0
-        if (
-            manifest.side_effect is SideEffect.SIDE_EFFECTING
-            and classification.kind.info.ambiguous
-            and not manifest.retry_ambiguous
-        ):
-            return (
-                Decision.ESCALATE,
-                f"side-effecting tool: not retried after an ambiguous {classification.kind}",
-                0.0,
-            )
-        plan = plan_retry(
-            manifest.retry_policy,
-            attempts_made=attempt,
-            elapsed_s=elapsed_s,
-            rng=self.rng,
-            retry_after_s=classification.retry_after_s,
-        )
-        if not plan.retry:
-            return Decision.ESCALATE, plan.reason, 0.0
-        if breaker.state is BreakerState.OPEN or breaker.state is BreakerState.FORCED_OPEN:
-            return Decision.ESCALATE, f"circuit breaker for {breaker.tool_id} is {breaker.state}", 0.0
-        return Decision.RETRY, plan.reason, plan.delay_s
-
-    def _failed(
-        self,
-        tool_id: str,
-        args: dict[str, Any],
+        error: BaseException,
+        classification: Classification,
+        ctx: CallContext | None,
         call_id: str,
         turn_id: str | None,
+        attempt: int,
+        elapsed_s: float,
         now: float,
+        handler: HandlerLike | None,
+    ) -> HandlerDecision:
+        deadline = ctx.deadline if ctx is not None else None
+        remaining = deadline - now if deadline is not None else None
+        if classification.retryable:
+            plan = plan_retry(
+                manifest.retry_policy,
+                attempts_made=attempt,
+                elapsed_s=elapsed_s,
+                rng=ctx.rng(self.rng) if ctx is not None else self.rng,
+                retry_after_s=classification.retry_after_s,
+                remaining_s=remaining,
+            )
+        else:
+            plan = _NO_RETRY
+        failure = FailureContext(
+            tool_id=tool.name,
+            call_id=call_id,
+            turn_id=turn_id,
+            attempt=attempt,
+            error=error,
+            classification=classification,
+            breaker_state=tool.breaker.state,
+            manifest=manifest,
+            retry_plan=plan,
+            elapsed_s=elapsed_s,
+            remaining_s=remaining,
+            optional=ctx.optional if ctx is not None else False,
+            dependants=ctx.dependants if ctx is not None else (),
+            alternatives=self._available_alternatives(manifest, ctx, now),
+            partial_result=_partial_result_of(error),
+        )
+        return self._ask_handler(failure, as_handler(handler) or self.handler, ctx, now)
+
+    def _ask_handler(
+        self, failure: FailureContext, custom: ErrorHandler | None, ctx: CallContext | None, now: float
+    ) -> HandlerDecision:
+        """The custom handler's decision within the engine's hard limits, else the default's."""
+        default = _DEFAULT_HANDLER.decide(failure)
+        if custom is None:
+            return default
+        try:
+            decided = custom.decide(failure)
+        except Exception as exc:
+            log.warning("error handler %r failed: %s", custom, exc)
+            self.publish(
+                HandlerFailed(
+                    at=self.wall_clock(), t=now, tool_id=failure.tool_id, call_id=failure.call_id,
+                    turn_id=failure.turn_id, error=f"{type(exc).__name__}: {exc}", fallback=default.decision,
+                ),
+                ctx.trace if ctx is not None else None,
+            )  # fmt: skip
+            return default
+        if decided is None:
+            return default
+        refusal = self._refuse(decided, failure)
+        if refusal:
+            return HandlerDecision(default.decision, f"{refusal}; {default.reason}", default.delay_s, default.alternative)
+        return decided
+
+    def _refuse(self, decided: HandlerDecision, failure: FailureContext) -> str:
+        """Why the engine overrules a custom decision, or '' when it stands."""
+        if decided.decision is Decision.RETRY:
+            policy = failure.manifest.retry_policy
+            if failure.attempt >= policy.max_attempts:
+                return f"handler's retry refused: max_attempts ({policy.max_attempts}) reached"
+            if failure.remaining_s is not None and decided.delay_s >= failure.remaining_s:
+                return "handler's retry refused: it would start after the turn's deadline"
+        if decided.decision is Decision.ALTERNATIVE and decided.alternative not in failure.alternatives:
+            return f"handler's alternative {decided.alternative!r} refused: not an available alternative"
+        if decided.decision is Decision.PARTIAL_SUCCESS and failure.partial_result is MISSING:
+            return "handler's partial success refused: the error carries no partial result"
+        return ""
+
+    def _available_alternatives(
+        self, manifest: ToolManifest, ctx: CallContext | None, now: float
+    ) -> tuple[str, ...]:
+        if not manifest.alternatives:
+            return ()
+        tried = (*ctx.tried, manifest.id) if ctx is not None else (manifest.id,)
+        return tuple(
+            name
+            for name in manifest.alternatives
+            if name not in tried and name in self._tools and self._tools[name].breaker.would_admit(now)
+        )
+
+    async def _conclude(
+        self,
+        tool: _Tool,
+        args: dict[str, Any],
+        ctx: CallContext | None,
+        call_id: str,
+        turn_id: str | None,
+        trace: list[Event] | None,
+        now: float,
+        start: float,
         attempts: int,
         error: BaseException,
         classification: Classification,
-        reason: str,
-        start: float,
+        decided: HandlerDecision,
     ) -> CallResult:
+        """Carry out a decision other than retry."""
         final = ToolError(
             classification.kind,
             _message(error),
-            tool_id=tool_id,
+            tool_id=tool.name,
             original_error=error,
             tool_input=args,
             status_code=classification.status_code,
             retry_after_s=classification.retry_after_s,
-            timestamp=self._wall(),
+            at=self.wall_clock(),
             classification=classification,
             attempts=attempts,
         )
-        if self._bus.active:
-            self._bus.emit(CallFailed(
-                at=final.timestamp or 0.0, t=now, tool_id=tool_id, call_id=call_id, turn_id=turn_id,
-                attempts=attempts, kind=classification.kind, classification=classification.error_class,
-                error=final.message, reason=reason, latency_ms=(now - start) * 1000.0,
-            ))  # fmt: skip
-        return CallResult(tool_id, None, final, attempts)
+        observed = trace is not None or self._bus.active
+        if decided.decision is Decision.PARTIAL_SUCCESS:
+            tool.metrics.on_success(now, 0.0, retried=False)
+            if observed:
+                self.publish(
+                    CallSucceeded(
+                        at=final.at or 0.0, t=now, tool_id=tool.name, call_id=call_id, turn_id=turn_id,
+                        attempts=attempts, latency_ms=(now - start) * 1000.0, partial=True,
+                    ),
+                    trace,
+                )  # fmt: skip
+            value = _partial_result_of(error)
+            return CallResult(tool.name, value, final, attempts, None, decided.decision, decided.reason)
+        tool.metrics.on_failure(now)
+        if observed:
+            self.publish(
+                CallFailed(
+                    at=final.at or 0.0, t=now, tool_id=tool.name, call_id=call_id, turn_id=turn_id,
+                    attempts=attempts, kind=classification.kind, classification=classification.error_class,
+                    error=final.message, reason=decided.reason, latency_ms=(now - start) * 1000.0,
+                    decision=decided.decision,
+                ),
+                trace,
+            )  # fmt: skip
+        if decided.decision is Decision.ALTERNATIVE and decided.alternative is not None:
+            return await self._use_alternative(tool.name, decided, args, ctx, call_id, turn_id, trace, now)
+        return CallResult(tool.name, None, final, attempts, None, decided.decision, decided.reason)
 
-    def _rejected(
-        self, tool: _Tool, args: dict[str, Any], call_id: str, turn_id: str | None, now: float
+    async def _use_alternative(
+        self,
+        tool_id: str,
+        decided: HandlerDecision,
+        args: dict[str, Any],
+        ctx: CallContext | None,
+        call_id: str,
+        turn_id: str | None,
+        trace: list[Event] | None,
+        now: float,
+    ) -> CallResult:
+        alternative = decided.alternative
+        assert alternative is not None
+        self.publish(
+            AlternativeUsed(
+                at=self.wall_clock(), t=now, tool_id=tool_id, call_id=call_id, turn_id=turn_id,
+                alternative=alternative, reason=decided.reason,
+            ),
+            trace,
+        )  # fmt: skip
+        alt_ctx = (
+            replace(ctx, tried=(*ctx.tried, tool_id), call_ordinal=self.next_call_ordinal(alternative))
+            if ctx is not None
+            else CallContext(call_id, tried=(tool_id,))
+        )
+        result = await self.execute(alternative, args, alt_ctx)
+        result.served_by = result.served_by or alternative
+        return result
+
+    async def _rejected(
+        self,
+        tool: _Tool,
+        manifest: ToolManifest,
+        args: dict[str, Any],
+        ctx: CallContext | None,
+        call_id: str,
+        turn_id: str | None,
+        trace: list[Event] | None,
+        now: float,
+        handler: HandlerLike | None,
     ) -> CallResult:
         """Short-circuited before any attempt: the cheap path, no exception raised."""
         breaker = tool.breaker
         reason = breaker.rejection_reason()
-        at = self._wall()
-        if self._bus.active:
-            self._bus.emit(CallRejected(
-                at=at, t=now, tool_id=tool.name, call_id=call_id, turn_id=turn_id,
-                state=breaker.state, reason=reason,
-            ))  # fmt: skip
+        tool.metrics.on_rejected(now)
+        at = self.wall_clock()
+        if trace is not None or self._bus.active:
+            self.publish(
+                CallRejected(
+                    at=at, t=now, tool_id=tool.name, call_id=call_id, turn_id=turn_id,
+                    state=breaker.state, reason=reason,
+                ),
+                trace,
+            )  # fmt: skip
         error = ToolError(
             ErrorKind.CIRCUIT_OPEN, reason, tool_id=tool.name, tool_input=args,
-            timestamp=at, classification=_CIRCUIT_OPEN,
+            at=at, classification=_CIRCUIT_OPEN,
         )  # fmt: skip
-        return CallResult(tool.name, None, error, 0)
+        if not manifest.alternatives and handler is None and self.handler is None:
+            quiet = ctx is not None and ctx.optional
+            decision = Decision.FAIL_GRACEFULLY if quiet else Decision.ESCALATE
+            return CallResult(tool.name, None, error, 0, None, decision, reason)
+        decided = self._decide(tool, manifest, error, _CIRCUIT_OPEN, ctx, call_id, turn_id, 0, 0.0, now, handler)
+        if decided.decision is Decision.ALTERNATIVE and decided.alternative is not None:
+            return await self._use_alternative(tool.name, decided, args, ctx, call_id, turn_id, trace, now)
+        return CallResult(tool.name, None, error, 0, None, decided.decision, decided.reason)
 
     def _unknown_tool(
-        self, tool_id: str, args: dict[str, Any], call_id: str, turn_id: str | None
+        self, tool_id: str, args: dict[str, Any], call_id: str, turn_id: str | None, trace: list[Event] | None
     ) -> CallResult:
+        now = current_time()
         error = ToolError(
-            ErrorKind.UNKNOWN_TOOL, f"unknown tool {tool_id!r}", tool_id=tool_id, tool_input=args
+            ErrorKind.UNKNOWN_TOOL, f"unknown tool {tool_id!r}", tool_id=tool_id, tool_input=args, at=self.wall_clock()
         )
-        classification = classify(error)
-        return self._failed(
-            tool_id, args, call_id, turn_id, current_time(), 0, error, classification,
-            "the tool does not exist", current_time(),
+        error.classification = classify(error)
+        self.publish(
+            CallFailed(
+                at=error.at or 0.0, t=now, tool_id=tool_id, call_id=call_id, turn_id=turn_id, attempts=0,
+                kind=ErrorKind.UNKNOWN_TOOL, classification=ErrorClass.PERMANENT, error=error.message,
+                reason="the tool does not exist", latency_ms=0.0, decision=Decision.ESCALATE,
+            ),
+            trace,
         )  # fmt: skip
+        return CallResult(tool_id, None, error, 0, None, Decision.ESCALATE, "the tool does not exist")
 
     # --- background services -------------------------------------------------------------
 
@@ -494,7 +809,7 @@ class Engine:
             known = {Path(e.path) for e in registry.entries.values() if e.path != "<code>"}
             paths = set(registry.manifest_files()) | known | {Path(p) for p in registry.rejected}
         try:
-            events = registry.reload(paths, at=self._wall(), t=current_time())
+            events = registry.reload(paths, at=self.wall_clock(), t=current_time())
         except Exception:  # the engine never crashes on a manifest
             log.exception("manifest reload failed")
             events = []
@@ -502,7 +817,7 @@ class Engine:
         for tool in self._tools.values():
             tool.breaker.config = registry.get(tool.name).circuit_breaker
         for event in events:
-            self._emit(event)
+            self.publish(event)
         return events
 
 
@@ -518,4 +833,13 @@ def _message(error: BaseException) -> str:
     return text if text else type(error).__name__
 
 
-__all__ = ["CallResult", "Engine", "Permit"]
+def _partial_result_of(error: BaseException) -> Any:
+    """What a failed tool returned before it failed, if it says (``partial_result``/``completion``)."""
+    for attr in ("partial_result", "completion"):
+        value = getattr(error, attr, MISSING)
+        if value is not MISSING and value is not None:
+            return value
+    return MISSING
+
+
+__all__ = ["CallContext", "CallResult", "Engine"]

@@ -19,14 +19,15 @@ class ToolError(Exception):
     """A failed tool call, with everything needed to explain and handle it."""
 
     __slots__ = (
+        "at",
         "attempts",
         "classification",
         "kind",
         "message",
         "original_error",
+        "partial_result",
         "retry_after_s",
         "status_code",
-        "timestamp",
         "tool_id",
         "tool_input",
     )
@@ -41,9 +42,10 @@ class ToolError(Exception):
         tool_input: Any = None,
         status_code: int | None = None,
         retry_after_s: float | None = None,
-        timestamp: float | None = None,
+        at: float | None = None,
         classification: Classification | None = None,
         attempts: int = 0,
+        partial_result: Any = None,
     ) -> None:
         self.kind = kind if type(kind) is ErrorKind else ErrorKind(kind)
         if not message:
@@ -54,10 +56,21 @@ class ToolError(Exception):
         self.tool_input = tool_input
         self.status_code = status_code
         self.retry_after_s = retry_after_s
-        self.timestamp = timestamp  # wall-clock epoch seconds, from the engine's clock
+        self.at = at  # wall-clock epoch seconds, from the engine's clock
         self.classification = classification
         self.attempts = attempts
+        self.partial_result = partial_result  # what the tool returned before failing, if anything
         super().__init__(message)
+
+    @property
+    def tool_name(self) -> str | None:
+        """Seed 003's name for ``tool_id``."""
+        return self.tool_id
+
+    @property
+    def timestamp(self) -> datetime | None:
+        """When it happened, as seed 003's ``datetime`` (UTC)."""
+        return datetime.fromtimestamp(self.at, UTC) if self.at is not None else None
 
     @property
     def executed(self) -> bool:
@@ -77,7 +90,7 @@ class ToolError(Exception):
             "executed": self.executed,
             "status_code": self.status_code,
             "retry_after_s": self.retry_after_s,
-            "timestamp": iso_timestamp(self.timestamp) if self.timestamp is not None else None,
+            "timestamp": iso_timestamp(self.at) if self.at is not None else None,
             "attempts": self.attempts,
             "classification": self.classification.to_dict() if self.classification else None,
             "tool_input": jsonable(self.tool_input),

@@ -81,8 +81,10 @@ class AttemptStarted(ToolEvent):
     attempt: int
     timeout_ms: float
     deadline: float
-    """Engine time at which this attempt is cut off (for countdowns)."""
+    """Engine time at which this attempt is cut off: its timeout or the turn's deadline."""
     probe: bool = False
+    fault_type: str | None = None
+    """Set when a fault plan injected this attempt's behaviour."""
 
     def describe(self) -> str:
         probe = " (half-open probe)" if self.probe else ""
@@ -119,6 +121,7 @@ class AttemptFailed(ToolEvent, event_type="ToolError"):
     decision_reason: str
     delay_ms: float | None = None
     latency_ms: float = 0.0
+    fault_type: str | None = None
 
     def describe(self) -> str:
         return (
@@ -129,12 +132,15 @@ class AttemptFailed(ToolEvent, event_type="ToolError"):
 
 @dataclass(slots=True, kw_only=True)
 class CallSucceeded(ToolEvent):
-    """The call returned a value ("Tool succeeded on retry 2")."""
+    """The call returned a value ("Tool succeeded on retry 2"), or kept a partial one."""
 
     attempts: int
     latency_ms: float
+    partial: bool = False
 
     def describe(self) -> str:
+        if self.partial:
+            return f"{self.tool_id} kept a partial result after {self.attempts} attempt(s)"
         if self.attempts > 1:
             return f"Tool succeeded on retry {self.attempts} ({self.tool_id})"
         return f"{self.tool_id} succeeded in {self.latency_ms:.1f} ms"
@@ -150,9 +156,10 @@ class CallFailed(ToolEvent):
     error: str
     reason: str
     latency_ms: float
+    decision: str = "escalate"
 
     def describe(self) -> str:
-        return f"{self.tool_id} failed after {self.attempts} attempt(s): {self.error} ({self.reason})"
+        return f"{self.tool_id} failed after {self.attempts} attempt(s): {self.error} → {self.decision} ({self.reason})"
 
 
 @dataclass(slots=True, kw_only=True)
@@ -164,6 +171,115 @@ class CallRejected(ToolEvent):
 
     def describe(self) -> str:
         return f"{self.tool_id} rejected: {self.reason}"
+
+
+@dataclass(slots=True, kw_only=True)
+class AlternativeUsed(ToolEvent):
+    """The handler routed the call to an alternative tool ("Used alternative tool")."""
+
+    alternative: str
+    reason: str
+
+    def describe(self) -> str:
+        return f"Used alternative tool {self.alternative} for {self.tool_id} ({self.reason})"
+
+
+@dataclass(slots=True, kw_only=True)
+class HandlerFailed(ToolEvent):
+    """A custom error handler raised; the default decision was applied instead."""
+
+    error: str
+    fallback: str
+
+    def describe(self) -> str:
+        return f"error handler failed for {self.tool_id}: {self.error}; applied default: {self.fallback}"
+
+
+# --- turns --------------------------------------------------------------------------------
+
+
+@dataclass(slots=True, kw_only=True)
+class TurnStarted(Event):
+    """A turn began: its calls, in order, and its deadline."""
+
+    turn_id: str
+    calls: tuple[str, ...]
+    deadline_ms: float | None
+
+    def describe(self) -> str:
+        limit = f", deadline {self.deadline_ms / 1000:g}s" if self.deadline_ms is not None else ""
+        return f"turn {self.turn_id} started: {len(self.calls)} call(s){limit}"
+
+
+@dataclass(slots=True, kw_only=True)
+class CallSkipped(ToolEvent):
+    """An optional call was not run because a dependency did not succeed."""
+
+    blocked_by: tuple[str, ...]
+    reason: str
+
+    def describe(self) -> str:
+        return f"Optional tool skipped due to dependency failure: {self.tool_id} ({self.reason})"
+
+
+@dataclass(slots=True, kw_only=True)
+class CallEscalated(ToolEvent):
+    """A required call could not run because a dependency did not succeed."""
+
+    blocked_by: tuple[str, ...]
+    reason: str
+
+    def describe(self) -> str:
+        return f"Required tool skipped due to dependency failure: {self.tool_id} ({self.reason})"
+
+
+@dataclass(slots=True, kw_only=True)
+class DefaultUsed(ToolEvent):
+    """A call ran with its declared default in place of a failed dependency's output."""
+
+    dependencies: tuple[str, ...]
+
+    def describe(self) -> str:
+        return f"Used default value for {self.tool_id} (in place of {', '.join(self.dependencies)})"
+
+
+@dataclass(slots=True, kw_only=True)
+class TurnDeadlineExceeded(Event):
+    """The turn's deadline passed: unfinished calls were cut off and reported as timed out."""
+
+    turn_id: str
+    deadline_ms: float
+    unfinished: tuple[str, ...]
+
+    def describe(self) -> str:
+        cut = ", ".join(self.unfinished) or "nothing"
+        return f"turn {self.turn_id} hit its {self.deadline_ms / 1000:g}s deadline; timed out: {cut}"
+
+
+@dataclass(slots=True, kw_only=True)
+class TurnCanceled(Event):
+    """The turn was stopped on request: unfinished calls were cancelled."""
+
+    turn_id: str
+    unfinished: tuple[str, ...]
+
+    def describe(self) -> str:
+        return f"turn {self.turn_id} stopped; canceled: {', '.join(self.unfinished) or 'nothing'}"
+
+
+@dataclass(slots=True, kw_only=True)
+class TurnFinished(Event):
+    """A turn ended; ``summary`` is the plain sentence for the user."""
+
+    turn_id: str
+    summary: str
+    statuses: dict[str, str]
+    """Call id → final status, in turn order."""
+    executed: int
+    duration_ms: float
+
+    def describe(self) -> str:
+        return f"turn {self.turn_id} finished in {self.duration_ms:.0f} ms: {self.summary}"
 
 
 # --- breakers -----------------------------------------------------------------------------

@@ -1,13 +1,166 @@
-"""Decisions the engine takes after a failure, and why."""
+"""The error handler (spec §6): on every failure it decides what happens next, and why.
+
+The engine builds a :class:`FailureContext` — the error, its classification, the tool, the
+attempt, the breaker's state and the turn's context — and asks the handler for a
+:class:`HandlerDecision`. :class:`DefaultErrorHandler` implements the spec's rules; users plug
+in their own, a class with ``decide`` or a plain callable, returning ``None`` to defer to the
+default. The engine keeps the hard limits: no retry beyond ``max_attempts`` or past the turn's
+deadline, no alternative that is unknown or already tried.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from engine.breaker import BreakerState
+from engine.kinds import ErrorKind
+from engine.manifest import SideEffect
+
+if TYPE_CHECKING:
+    from engine.classify import Classification
+    from engine.manifest import ToolManifest
+    from engine.retry import RetryPlan
 
 
 class Decision(StrEnum):
     RETRY = "retry"
+    """Try the same tool again after a delay."""
     ALTERNATIVE = "alternative"
+    """Run the call on another tool."""
     PARTIAL_SUCCESS = "partial_success"
+    """Keep the partial result the tool returned before failing, and carry on."""
     ESCALATE = "escalate"
+    """The failure needs the user's (or the model's) attention."""
     FAIL_GRACEFULLY = "fail_gracefully"
+    """No recovery and nothing to escalate: continue without this call."""
+
+
+class _Missing:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+MISSING: Any = _Missing()
+"""Marks an absent value where ``None`` is a legitimate one (defaults, partial results)."""
+
+CALLER_FAULT_KINDS = frozenset(
+    {
+        ErrorKind.INVALID_PARAMETERS,
+        ErrorKind.NOT_PERMITTED,
+        ErrorKind.LIMIT_EXCEEDED,
+        ErrorKind.CANCELED,
+        ErrorKind.UNKNOWN_TOOL,
+    }
+)
+"""The call itself is wrong: another tool would get the same bad call."""
+
+
+@dataclass(frozen=True, slots=True)
+class FailureContext:
+    """Everything the handler may use to decide (spec §6.2)."""
+
+    tool_id: str
+    call_id: str
+    turn_id: str | None
+    attempt: int
+    error: BaseException
+    classification: Classification
+    breaker_state: BreakerState
+    manifest: ToolManifest
+    retry_plan: RetryPlan
+    """What the retry policy allows next (attempts, time budget, turn deadline, Retry-After)."""
+    elapsed_s: float
+    remaining_s: float | None
+    """Time left in the turn, or None outside a turn."""
+    optional: bool
+    dependants: tuple[str, ...]
+    alternatives: tuple[str, ...]
+    """The manifest's alternatives whose breakers admit a call now, in manifest order."""
+    partial_result: Any = MISSING
+
+    @property
+    def message(self) -> str:
+        return str(self.error) or type(self.error).__name__
+
+
+@dataclass(frozen=True, slots=True)
+class HandlerDecision:
+    decision: Decision
+    reason: str
+    delay_s: float = 0.0
+    alternative: str | None = None
+
+
+@runtime_checkable
+class ErrorHandler(Protocol):
+    def decide(self, failure: FailureContext) -> HandlerDecision | None: ...
+
+
+HandlerLike = ErrorHandler | Callable[[FailureContext], HandlerDecision | None]
+
+
+class DefaultErrorHandler:
+    """The spec's recovery rules, in order."""
+
+    def decide(self, failure: FailureContext) -> HandlerDecision:
+        c = failure.classification
+        kind = c.kind
+        plan = failure.retry_plan
+        manifest = failure.manifest
+        if c.retryable:
+            if manifest.side_effect is SideEffect.SIDE_EFFECTING and kind.info.ambiguous and not manifest.retry_ambiguous:
+                why = f"side-effecting tool: not retried after an ambiguous {kind}"
+            elif not plan.retry:
+                why = plan.reason
+            elif failure.breaker_state in (BreakerState.OPEN, BreakerState.FORCED_OPEN):
+                why = f"circuit breaker for {failure.tool_id} is {failure.breaker_state}"
+            else:
+                return HandlerDecision(
+                    Decision.RETRY, f"{c.error_class} error, circuit closed: {plan.reason}", plan.delay_s
+                )
+        elif kind is ErrorKind.CIRCUIT_OPEN:
+            why = "circuit breaker open: no attempt made"
+        else:
+            why = f"{c.error_class} error ({kind}): retrying will not help"
+        if failure.partial_result is not MISSING:
+            return HandlerDecision(Decision.PARTIAL_SUCCESS, f"{why}; keeping the partial result")
+        if failure.alternatives and kind not in CALLER_FAULT_KINDS:
+            alternative = failure.alternatives[0]
+            return HandlerDecision(Decision.ALTERNATIVE, f"{why}; using {alternative}", alternative=alternative)
+        if failure.optional:
+            return HandlerDecision(Decision.FAIL_GRACEFULLY, f"{why}; optional call, the turn continues")
+        return HandlerDecision(Decision.ESCALATE, why)
+
+
+def as_handler(handler: HandlerLike | None) -> ErrorHandler | None:
+    """Accept a handler object, a handler class, or a plain callable."""
+    if handler is None:
+        return None
+    if isinstance(handler, type):
+        handler = handler()
+    if isinstance(handler, ErrorHandler):
+        return handler
+    if callable(handler):
+        return _CallableHandler(handler)
+    raise TypeError(f"an error handler needs a decide(failure) method or must be callable, not {handler!r}")
+
+
+class _CallableHandler:
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[[FailureContext], HandlerDecision | None]) -> None:
+        self.fn = fn
+
+    def decide(self, failure: FailureContext) -> HandlerDecision | None:
+        return self.fn(failure)
+
+    def __repr__(self) -> str:
+        return f"handler {getattr(self.fn, '__qualname__', self.fn)!r}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import threading
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +84,8 @@ async def test_permanent_errors_are_not_retried_and_raise_a_tool_error() -> None
     assert error.tool_id == "search"
     assert error.tool_input == {"origin": "XYZ"}
     assert isinstance(error.original_error, ValueError)
-    assert error.timestamp == WALL
+    assert error.at == WALL
+    assert error.timestamp == datetime.fromtimestamp(WALL, UTC)
     assert error.attempts == 1
     assert error.classification is not None and not error.classification.transient
     as_dict = error.to_dict()

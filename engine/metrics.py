@@ -1,0 +1,385 @@
+"""Per-tool metrics (spec §8.1): counters and latency percentiles, lifetime and rolling.
+
+The engine calls the ``on_*`` hooks on its hot path, so each one is a float compare plus a
+few attribute increments on the current second's tally — no allocation once a latency
+bucket exists, no locks (one event loop), no clock reads, no I/O. The rest happens once
+per second per tool (``_roll`` folds the finished second into the lifetime totals) or in
+``snapshot()`` (sums, histogram merges, percentiles).
+
+Time is engine time in seconds (anyio's monotonic clock, or a virtual one). A ring of
+per-second tallies holds the recent past; each tally stores its second number, so a slot
+left over from an earlier lap of the ring is recognised as stale and never counted. A jump
+forward of any size costs one roll, not one step per skipped second.
+
+Latency precision: every attempt's latency (success or failure) goes into a histogram
+whose buckets grow by ``GROWTH`` (5 %) from ``LATENCY_FLOOR_S`` (1 µs). A percentile is
+the nearest-rank order statistic's bucket, reported as the bucket's geometric midpoint, so
+it is within ``LATENCY_PRECISION`` (√1.05 − 1 ≈ 2.47 %) of the exact order statistic for
+latencies from 1 µs to ``LATENCY_CEILING_S`` (10⁶ s). Latencies under 1 µs (a virtual
+clock's instant attempts) report as 0 ms; those above the ceiling report as the top bucket.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+GROWTH = 1.05
+"""Ratio between successive latency bucket edges."""
+LATENCY_FLOOR_S = 1e-6
+LATENCY_CEILING_S = 1e6
+LATENCY_PRECISION = math.sqrt(GROWTH) - 1.0
+"""Largest relative error of a reported percentile against the exact order statistic."""
+
+_log = math.log  # module globals: one cheap lookup each on the hot path
+_floor = math.floor  # a third cheaper than int() here
+_SCALE = 1.0 / math.log(GROWTH)
+# Puts 1 µs at bucket 0. The 1e-9 nudge (a 5e-11 relative shift of the edges) keeps rounding
+# from dropping exactly 1 µs to bucket -1.
+_OFFSET = -math.log(LATENCY_FLOOR_S) * _SCALE + 1e-9
+_TOP = math.floor(math.log(LATENCY_CEILING_S) * _SCALE + _OFFSET)
+_UNDER = -1  # below the floor: reported as 0 ms
+_NEVER = -(1 << 62)  # the second number of a tally that never held a real second
+
+
+@dataclass(frozen=True, slots=True)
+class Counts:
+    """Counters and latency percentiles over one span (the engine's life or the window).
+
+    ``error_count`` counts failed attempts (each is transient or permanent; a timeout is
+    also in ``timeout_count``). ``failures`` counts calls that ended failed, ``rejections``
+    calls the breaker refused without an attempt, ``skipped`` calls never run.
+    """
+
+    calls: int = 0
+    successes: int = 0
+    failures: int = 0
+    rejections: int = 0
+    skipped: int = 0
+    error_count: int = 0
+    transient_error_count: int = 0
+    permanent_error_count: int = 0
+    timeout_count: int = 0
+    retry_count: int = 0
+    retry_successes: int = 0
+    circuit_breaker_opens: int = 0
+    p50_ms: float | None = None
+    p95_ms: float | None = None
+    p99_ms: float | None = None
+
+    @property
+    def retry_success_rate(self) -> float | None:
+        """Fraction of retry attempts that succeeded (0..1); None before any retry."""
+        return self.retry_successes / self.retry_count if self.retry_count else None
+
+    @property
+    def error_percent(self) -> float | None:
+        """Percent of finished calls that failed or were rejected; None before any finished."""
+        bad = self.failures + self.rejections
+        finished = self.successes + bad
+        return 100.0 * bad / finished if finished else None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["retry_success_rate"] = self.retry_success_rate
+        data["error_percent"] = self.error_percent
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class ToolStats:
+    """One tool's metrics at one instant: lifetime, the rolling window and recent history."""
+
+    tool_id: str
+    life: Counts
+    window: Counts
+    window_s: int
+    rate_per_s: float
+    """Calls per second over the window: window calls / window_s."""
+    sparkline: tuple[int, ...]
+    """Calls per second for the last ``history_s`` seconds, oldest first, ending with the current one."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tool_id": self.tool_id,
+            "life": self.life.to_dict(),
+            "window": self.window.to_dict(),
+            "window_s": self.window_s,
+            "rate_per_s": self.rate_per_s,
+            "sparkline": list(self.sparkline),
+        }
+
+
+class _Tally:
+    """Raw counters for one second (a ring slot), or the folded lifetime totals."""
+
+    __slots__ = (
+        "calls",
+        "failures",
+        "latency",
+        "opens",
+        "permanent",
+        "rejections",
+        "retries",
+        "retry_successes",
+        "sec",
+        "skipped",
+        "successes",
+        "timeouts",
+        "transient",
+    )
+
+    def __init__(self) -> None:
+        self.latency: dict[int, int] = {}  # bucket index → attempts
+        self.reset(_NEVER)
+
+    def reset(self, sec: int) -> None:
+        self.sec = sec
+        self.calls = self.successes = self.failures = self.rejections = self.skipped = 0
+        self.transient = self.permanent = self.timeouts = 0
+        self.retries = self.retry_successes = self.opens = 0
+        self.latency.clear()
+
+    def add(self, other: _Tally) -> None:
+        self.calls += other.calls
+        self.successes += other.successes
+        self.failures += other.failures
+        self.rejections += other.rejections
+        self.skipped += other.skipped
+        self.transient += other.transient
+        self.permanent += other.permanent
+        self.timeouts += other.timeouts
+        self.retries += other.retries
+        self.retry_successes += other.retry_successes
+        self.opens += other.opens
+        latency = self.latency
+        for bucket, n in other.latency.items():
+            latency[bucket] = latency.get(bucket, 0) + n
+
+    def counts(self) -> Counts:
+        p50, p95, p99 = percentiles_ms(self.latency, (50, 95, 99))
+        return Counts(
+            calls=self.calls,
+            successes=self.successes,
+            failures=self.failures,
+            rejections=self.rejections,
+            skipped=self.skipped,
+            error_count=self.transient + self.permanent,
+            transient_error_count=self.transient,
+            permanent_error_count=self.permanent,
+            timeout_count=self.timeouts,
+            retry_count=self.retries,
+            retry_successes=self.retry_successes,
+            circuit_breaker_opens=self.opens,
+            p50_ms=p50,
+            p95_ms=p95,
+            p99_ms=p99,
+        )
+
+
+def latency_bucket(latency_s: float) -> int:
+    """The histogram bucket of a latency (the hooks inline this; kept for tests and docs)."""
+    if LATENCY_FLOOR_S <= latency_s < LATENCY_CEILING_S:
+        return _floor(_log(latency_s) * _SCALE + _OFFSET)
+    return _TOP if latency_s >= LATENCY_CEILING_S else _UNDER
+
+
+def bucket_value_s(bucket: int) -> float:
+    """A bucket's representative latency: its geometric midpoint (0 below the floor)."""
+    if bucket < 0:
+        return 0.0
+    return math.exp((bucket + 0.5 - _OFFSET) / _SCALE)  # the inverse of the bucketing, mid-bucket
+
+
+def percentiles_ms(histogram: dict[int, int], ps: tuple[int, ...]) -> tuple[float | None, ...]:
+    """Nearest-rank percentiles (in ms) of a bucket histogram; None for each if it is empty."""
+    total = sum(histogram.values())
+    if not total:
+        return tuple(None for _ in ps)
+    ranks = [max(1, -(-total * p // 100)) for p in ps]  # ceil(p% of n), in integers
+    buckets = sorted(histogram.items())
+    out: list[float | None] = [None] * len(ps)
+    seen = index = 0  # attempts in buckets[:index]
+    for k in sorted(range(len(ps)), key=ranks.__getitem__):  # one pass for all ranks
+        while seen < ranks[k]:
+            seen += buckets[index][1]
+            index += 1
+        out[k] = bucket_value_s(buckets[index - 1][0]) * 1000.0
+    return tuple(out)
+
+
+class ToolMetrics:
+    """Counters and latency histograms for one tool; see the module docstring."""
+
+    __slots__ = ("_cur", "_edge", "_life", "_ring", "history_s", "tool_id", "window_s")
+
+    def __init__(self, tool_id: str, *, window_s: int = 10, history_s: int = 120) -> None:
+        if window_s < 1 or history_s < 1:
+            raise ValueError("window_s and history_s must be at least 1 second")
+        self.tool_id = tool_id
+        self.window_s = window_s
+        self.history_s = history_s
+        self._ring = [_Tally() for _ in range(max(window_s, history_s))]
+        self._life = _Tally()  # every finished second; the current one is still in _cur
+        self._cur = _Tally()  # a stand-in until the first hook rolls to a real second
+        self._edge = -math.inf  # the start of the second after _cur's: reaching it rolls
+
+    def _roll(self, now: float) -> None:
+        """Move to ``now``'s second: fold the current tally into the lifetime, reuse a slot."""
+        sec = math.floor(now)
+        self._life.add(self._cur)
+        slot = self._ring[sec % len(self._ring)]
+        slot.reset(sec)  # seconds only grow, so the slot always holds an older second
+        self._cur = slot
+        self._edge = sec + 1.0
+
+    # --- hooks: the hot path. `now < _edge` keeps a clock that stands still (or, against the
+    # contract, steps back) in the current second. -------------------------------------------
+
+    def on_call(self, now: float) -> None:
+        """A call began (counted even if the breaker then rejects it)."""
+        if now >= self._edge:
+            self._roll(now)
+        self._cur.calls += 1
+
+    def on_rejected(self, now: float) -> None:
+        """The breaker short-circuited the call: no attempt, and it is not also a failure."""
+        if now >= self._edge:
+            self._roll(now)
+        self._cur.rejections += 1
+
+    def on_retry(self, now: float) -> None:
+        """A retry attempt (attempt ≥ 2) is starting."""
+        if now >= self._edge:
+            self._roll(now)
+        self._cur.retries += 1
+
+    def on_attempt_failed(self, now: float, latency_s: float, *, transient: bool, timed_out: bool) -> None:
+        """An attempt failed after ``latency_s``; ``transient`` is its classification."""
+        if now >= self._edge:
+            self._roll(now)
+        cur = self._cur
+        if transient:
+            cur.transient += 1
+        else:
+            cur.permanent += 1
+        if timed_out:
+            cur.timeouts += 1
+        # latency_bucket(), inlined: a function call would double the cost of this hook.
+        if LATENCY_FLOOR_S <= latency_s < LATENCY_CEILING_S:
+            bucket = _floor(_log(latency_s) * _SCALE + _OFFSET)
+        else:
+            bucket = _TOP if latency_s >= LATENCY_CEILING_S else _UNDER
+        histogram = cur.latency
+        histogram[bucket] = histogram.get(bucket, 0) + 1
+
+    def on_success(self, now: float, latency_s: float, *, retried: bool) -> None:
+        """The call's final attempt succeeded after ``latency_s``; ``retried``: it was a retry."""
+        if now >= self._edge:
+            self._roll(now)
+        cur = self._cur
+        cur.successes += 1
+        if retried:
+            cur.retry_successes += 1
+        if LATENCY_FLOOR_S <= latency_s < LATENCY_CEILING_S:  # latency_bucket(), inlined
+            bucket = _floor(_log(latency_s) * _SCALE + _OFFSET)
+        else:
+            bucket = _TOP if latency_s >= LATENCY_CEILING_S else _UNDER
+        histogram = cur.latency
+        histogram[bucket] = histogram.get(bucket, 0) + 1
+
+    def on_failure(self, now: float) -> None:
+        """The call ended failed, after its last attempt."""
+        if now >= self._edge:
+            self._roll(now)
+        self._cur.failures += 1
+
+    def on_skipped(self, now: float) -> None:
+        """A turn skipped or escalated this call without running it (not counted in calls)."""
+        if now >= self._edge:
+            self._roll(now)
+        self._cur.skipped += 1
+
+    def on_breaker_opened(self, now: float) -> None:
+        if now >= self._edge:
+            self._roll(now)
+        self._cur.opens += 1
+
+    # --- reading --------------------------------------------------------------------------
+
+    def snapshot(self, now: float) -> ToolStats:
+        """Lifetime, the last ``window_s`` seconds (including ``now``'s) and the sparkline.
+
+        Reads only: a slot counts for second ``s`` only if it was last reset for ``s``.
+        """
+        sec = math.floor(now)
+        ring = self._ring
+        size = len(ring)
+
+        life = _Tally()
+        life.add(self._life)
+        life.add(self._cur)
+
+        window = _Tally()
+        for s in range(sec - self.window_s + 1, sec + 1):
+            slot = ring[s % size]
+            if slot.sec == s:
+                window.add(slot)
+
+        sparkline = []
+        for s in range(sec - self.history_s + 1, sec + 1):
+            slot = ring[s % size]
+            sparkline.append(slot.calls if slot.sec == s else 0)
+
+        return ToolStats(
+            tool_id=self.tool_id,
+            life=life.counts(),
+            window=window.counts(),
+            window_s=self.window_s,
+            rate_per_s=window.calls / self.window_s,
+            sparkline=tuple(sparkline),
+        )
+
+
+class MetricsRegistry:
+    """Every tool's :class:`ToolMetrics`, created on first use, and the one snapshot call."""
+
+    __slots__ = ("_tools", "history_s", "window_s")
+
+    def __init__(self, *, window_s: int = 10, history_s: int = 120) -> None:
+        if window_s < 1 or history_s < 1:
+            raise ValueError("window_s and history_s must be at least 1 second")
+        self.window_s = window_s
+        self.history_s = history_s
+        self._tools: dict[str, ToolMetrics] = {}
+
+    def tool(self, tool_id: str) -> ToolMetrics:
+        """The tool's metrics, created on first use (the engine keeps the reference)."""
+        metrics = self._tools.get(tool_id)
+        if metrics is None:
+            metrics = ToolMetrics(tool_id, window_s=self.window_s, history_s=self.history_s)
+            self._tools[tool_id] = metrics
+        return metrics
+
+    def __contains__(self, tool_id: object) -> bool:
+        return tool_id in self._tools
+
+    def snapshot(self, now: float) -> dict[str, ToolStats]:
+        """Every tool's stats at ``now``, in creation order."""
+        return {tool_id: metrics.snapshot(now) for tool_id, metrics in self._tools.items()}
+
+
+__all__ = [
+    "GROWTH",
+    "LATENCY_CEILING_S",
+    "LATENCY_FLOOR_S",
+    "LATENCY_PRECISION",
+    "Counts",
+    "MetricsRegistry",
+    "ToolMetrics",
+    "ToolStats",
+    "bucket_value_s",
+    "latency_bucket",
+    "percentiles_ms",
+]
