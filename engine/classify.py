@@ -139,6 +139,8 @@ def _classify(error: BaseException, now: Callable[[], float]) -> Classification:
         )  # fmt: skip
     if isinstance(error, BaseExceptionGroup):
         return _classify_group(error, now)
+    if error.__cause__ is None:
+        return _classify_one(error, now)
     best: Classification | None = None
     for link in _cause_chain(error):
         if isinstance(link, ExceptionGroup):  # e.g. a wrapper raised from a task group's group
@@ -192,12 +194,16 @@ def _classify_one(exc: BaseException, now: Callable[[], float]) -> Classificatio
             exc.status_code, exc.retry_after_s, name,
         )  # fmt: skip
 
-    headers = _headers_of(exc)
-    should_retry = _header(headers, "x-should-retry")
-    retry_after = _retry_after(headers, now)
-    status = _status_of(exc)
-
-    decided = _by_body(exc, status) or _by_status(status) or _by_class(exc) or _by_message(exc)
+    if type(exc).__module__ == "builtins" and not getattr(exc, "__dict__", None):
+        # A plain builtin exception carries no headers, body or status: skip those rules.
+        headers, should_retry, retry_after, status = None, None, None, None
+        decided = _by_class(exc) or _by_message(exc)
+    else:
+        headers = _headers_of(exc)
+        should_retry = _header(headers, "x-should-retry")
+        retry_after = _retry_after(headers, now)
+        status = _status_of(exc)
+        decided = _by_body(exc, status) or _by_status(status) or _by_class(exc) or _by_message(exc)
     if decided is None:
         if retry_after is not None:
             decided = (K.EXECUTION_ERROR, _T, Rule.SERVER_ADVICE,

@@ -13,7 +13,7 @@ import logging
 import random
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -27,6 +27,7 @@ from anyio import CancelScope, current_time
 from engine.breaker import AttemptOutcome, BreakerState, CircuitBreaker, Transition
 from engine.bus import EventBus, Subscriber
 from engine.classify import Classification, Rule, classify
+from engine.clock import backend_cancel_scope, backend_clock
 from engine.errors import ToolError
 from engine.events import (
     AlternativeUsed,
@@ -54,7 +55,7 @@ from engine.kinds import ErrorClass, ErrorKind
 from engine.manifest import TOOL_ID_PATTERN, ManifestRegistry, ToolManifest
 from engine.metrics import MetricsRegistry, ToolMetrics, ToolStats
 from engine.retry import RetryPlan, plan_retry
-from engine.timeouts import TimeoutSupervisor, backend_clock
+from engine.timeouts import TimeoutSupervisor
 
 if TYPE_CHECKING:
     from engine.faults import FaultInjector
@@ -112,7 +113,7 @@ class CallContext:
     trace: list[Event] | None = None
     """Where this call's events are recorded, besides the bus."""
     seed: str | None = None
-    """Seeds this call's jitter, so retries do not depend on task scheduling order."""
+    """With the call id, seeds this call's jitter: retries never depend on scheduling order."""
     call_ordinal: int = 0
     """The tool's call number, assigned at launch (fault plans key on it)."""
     tried: tuple[str, ...] = ()
@@ -123,7 +124,7 @@ class CallContext:
         if self.seed is None:
             return fallback
         if self._rng is None:
-            self._rng = random.Random(self.seed)
+            self._rng = random.Random(f"{self.seed}:{self.call_id}")
         return self._rng
 
 
@@ -134,9 +135,29 @@ class _Tool:
     is_async: bool
     breaker: CircuitBreaker
     metrics: ToolMetrics
+    manifest: ToolManifest
+    """The manifest in force; replaced (never mutated) on reload."""
     calls: int = 0
     """Calls launched so far (the call ordinal of the next one, minus one)."""
     signature: inspect.Signature | None = None
+
+
+@dataclass(slots=True)
+class _CallRun:
+    """One call's state once it needs a decision (a failure or a rejection).
+
+    Built only then: the success path allocates nothing beyond its result.
+    """
+
+    tool: _Tool
+    manifest: ToolManifest
+    args: dict[str, Any]
+    ctx: CallContext | None
+    call_id: str
+    turn_id: str | None
+    trace: list[Event] | None
+    start: float
+    handler: HandlerLike | None
 
 
 _CIRCUIT_OPEN = Classification(
@@ -187,8 +208,9 @@ class Engine:
         self._turn_ids = itertools.count(1)
         self._trace_sink: list[Event] | None = None
         self._timer_wakeup: anyio.Event | None = None
-        self._timeouts = TimeoutSupervisor()
+        self.timeouts = TimeoutSupervisor()
         self._now: Callable[[], float] = current_time
+        self._new_scope: Callable[[], CancelScope] = CancelScope
         self._stack: AsyncExitStack | None = None
 
     # --- tools ---------------------------------------------------------------------------
@@ -202,13 +224,19 @@ class Engine:
         is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
             getattr(fn, "__call__", None)  # noqa: B004 - async callable objects
         )
-        breaker = CircuitBreaker(name, self.manifests.get(name).circuit_breaker, self._on_transition)
-        self._tools[name] = _Tool(name, fn, is_async, breaker, self.metrics.tool(name))
+        manifest = self.manifests.get(name)
+        breaker = CircuitBreaker(name, manifest.circuit_breaker, self._on_transition)
+        self._tools[name] = _Tool(name, fn, is_async, breaker, self.metrics.tool(name), manifest)
         return fn
 
     @property
     def tools(self) -> list[str]:
         return list(self._tools)
+
+    @property
+    def tool_ids(self) -> Collection[str]:
+        """A live, read-only view of the registered tool ids (cheap membership tests)."""
+        return self._tools.keys()
 
     def breaker(self, tool_id: str) -> CircuitBreaker:
         return self._tool(tool_id).breaker
@@ -220,11 +248,15 @@ class Engine:
         return breaker.state
 
     def manifest(self, tool_id: str) -> ToolManifest:
-        return self.manifests.get(tool_id)
+        tool = self._tools.get(tool_id)
+        return tool.manifest if tool is not None else self.manifests.get(tool_id)
 
-    def stats(self) -> dict[str, ToolStats]:
-        """Per-tool metrics over the engine's life and the rolling window: one snapshot."""
-        return self.metrics.snapshot(current_time())
+    def stats(self, now: float | None = None) -> dict[str, ToolStats]:
+        """Per-tool metrics over the engine's life and the rolling window: one snapshot.
+
+        ``now`` is engine time; by default the running loop's clock.
+        """
+        return self.metrics.snapshot(current_time() if now is None else now)
 
     def check_arguments(self, tool_id: str, args: dict[str, Any]) -> str | None:
         """Why ``args`` cannot be passed to the tool, on one line, or None if they can."""
@@ -349,12 +381,19 @@ class Engine:
         clock = self._now
         start = now = clock()
         metrics.on_call(now)
-        self._trace_sink = trace
-        permit = breaker.acquire(now)
-        self._trace_sink = None
-        manifest = self.manifests.get(tool_id)  # in force for the whole call, even across reloads
+        if trace is None:
+            permit = breaker.acquire(now)
+        else:  # a transition here belongs in the turn's trace too
+            self._trace_sink = trace
+            permit = breaker.acquire(now)
+            self._trace_sink = None
+        manifest = tool.manifest  # in force for the whole call, even across reloads
         if permit is None:
-            return await self._rejected(tool, manifest, args, ctx, call_id, turn_id, trace, now, handler)
+            rejected = self._rejected(tool, args, ctx, call_id, turn_id, trace, now)
+            if not manifest.alternatives and handler is None and self.handler is None:
+                return rejected  # nothing could change the outcome: skip the handler
+            state = _CallRun(tool, manifest, args, ctx, call_id, turn_id, trace, start, handler)
+            return await self._after_rejection(state, rejected, now)
         bus = self._bus
         faults = self.faults
         if ctx is not None and ctx.call_ordinal:
@@ -364,8 +403,10 @@ class Engine:
             ordinal = tool.calls
         else:
             ordinal = 0
-        timeouts = self._timeouts
+        timeouts = self.timeouts
+        new_scope = self._new_scope
         timeout_s = manifest.timeout_ms / 1000.0
+        run: _CallRun | None = None
         attempt = 0
         while True:
             attempt += 1
@@ -389,7 +430,7 @@ class Engine:
                     bus.emit(event)
             error: Exception | None = None
             if timeouts.running:
-                scope = CancelScope()
+                scope = new_scope()
                 bucket = timeouts.watch(timeout_s, scope, cutoff)
             else:
                 scope, bucket = CancelScope(deadline=cutoff), None
@@ -412,9 +453,12 @@ class Engine:
                     bucket.pop(scope, None)
             now = clock()
             if error is None and not scope.cancelled_caught:
-                self._trace_sink = trace
-                breaker.record(permit, AttemptOutcome.SUCCEEDED, now)
-                self._trace_sink = None
+                if trace is None:
+                    breaker.record(permit, AttemptOutcome.SUCCEEDED, now)
+                else:
+                    self._trace_sink = trace
+                    breaker.record(permit, AttemptOutcome.SUCCEEDED, now)
+                    self._trace_sink = None
                 metrics.on_success(now, now - attempt_start, retried=attempt > 1)
                 if observed:
                     succeeded = CallSucceeded(
@@ -445,9 +489,9 @@ class Engine:
                 now, now - attempt_start, transient=classification.transient,
                 timed_out=classification.kind is ErrorKind.TIMEOUT,
             )  # fmt: skip
-            decided = self._decide(
-                tool, manifest, error, classification, ctx, call_id, turn_id, attempt, now - start, now, handler
-            )
+            if run is None:
+                run = _CallRun(tool, manifest, args, ctx, call_id, turn_id, trace, start, handler)
+            decided = self._decide(run, error, classification, attempt, now)
             if observed:
                 self.publish(
                     AttemptFailed(
@@ -464,10 +508,9 @@ class Engine:
                     trace,
                 )  # fmt: skip
             if decided.decision is not Decision.RETRY:
-                return await self._conclude(
-                    tool, args, ctx, call_id, turn_id, trace, now, start, attempt, error, classification, decided
-                )
-            await anyio.sleep(decided.delay_s)
+                return await self._conclude(run, now, attempt, error, classification, decided)
+            if decided.delay_s > 0:
+                await anyio.sleep(decided.delay_s)
             now = clock()
             self._trace_sink = trace
             permit = breaker.acquire(now)
@@ -475,9 +518,7 @@ class Engine:
             if permit is None:
                 reason = f"retry short-circuited: {breaker.rejection_reason()}"
                 shorted = HandlerDecision(Decision.ESCALATE, reason)
-                return await self._conclude(
-                    tool, args, ctx, call_id, turn_id, trace, now, start, attempt, error, _CIRCUIT_OPEN, shorted
-                )
+                return await self._conclude(run, now, attempt, error, _CIRCUIT_OPEN, shorted)
             metrics.on_retry(now)
 
     async def _invoke(self, tool: _Tool, args: dict[str, Any]) -> Any:
@@ -489,18 +530,14 @@ class Engine:
 
     def _decide(
         self,
-        tool: _Tool,
-        manifest: ToolManifest,
+        run: _CallRun,
         error: BaseException,
         classification: Classification,
-        ctx: CallContext | None,
-        call_id: str,
-        turn_id: str | None,
         attempt: int,
-        elapsed_s: float,
         now: float,
-        handler: HandlerLike | None,
     ) -> HandlerDecision:
+        ctx, manifest, tool = run.ctx, run.manifest, run.tool
+        elapsed_s = now - run.start
         deadline = ctx.deadline if ctx is not None else None
         remaining = deadline - now if deadline is not None else None
         if classification.retryable:
@@ -516,8 +553,8 @@ class Engine:
             plan = _NO_RETRY
         failure = FailureContext(
             tool_id=tool.name,
-            call_id=call_id,
-            turn_id=turn_id,
+            call_id=run.call_id,
+            turn_id=run.turn_id,
             attempt=attempt,
             error=error,
             classification=classification,
@@ -531,7 +568,7 @@ class Engine:
             alternatives=self._available_alternatives(manifest, ctx, now),
             partial_result=_partial_result_of(error),
         )
-        return self._ask_handler(failure, as_handler(handler) or self.handler, ctx, now)
+        return self._ask_handler(failure, as_handler(run.handler) or self.handler, ctx, now)
 
     def _ask_handler(
         self, failure: FailureContext, custom: ErrorHandler | None, ctx: CallContext | None, now: float
@@ -556,11 +593,16 @@ class Engine:
             return default
         refusal = self._refuse(decided, failure)
         if refusal:
-            return HandlerDecision(default.decision, f"{refusal}; {default.reason}", default.delay_s, default.alternative)
+            return HandlerDecision(
+                default.decision, f"{refusal}; {default.reason}", default.delay_s, default.alternative
+            )
         return decided
 
     def _refuse(self, decided: HandlerDecision, failure: FailureContext) -> str:
         """Why the engine overrules a custom decision, or '' when it stands."""
+        resending = decided.decision in (Decision.RETRY, Decision.ALTERNATIVE)
+        if resending and failure.resend_unsafe:
+            return f"handler's {decided.decision} refused: side-effecting call after an ambiguous failure"
         if decided.decision is Decision.RETRY:
             policy = failure.manifest.retry_policy
             if failure.attempt >= policy.max_attempts:
@@ -587,26 +629,21 @@ class Engine:
 
     async def _conclude(
         self,
-        tool: _Tool,
-        args: dict[str, Any],
-        ctx: CallContext | None,
-        call_id: str,
-        turn_id: str | None,
-        trace: list[Event] | None,
+        run: _CallRun,
         now: float,
-        start: float,
         attempts: int,
         error: BaseException,
         classification: Classification,
         decided: HandlerDecision,
     ) -> CallResult:
         """Carry out a decision other than retry."""
+        tool, call_id, turn_id, trace, start = run.tool, run.call_id, run.turn_id, run.trace, run.start
         final = ToolError(
             classification.kind,
             _message(error),
             tool_id=tool.name,
             original_error=error,
-            tool_input=args,
+            tool_input=run.args,
             status_code=classification.status_code,
             retry_after_s=classification.retry_after_s,
             at=self.wall_clock(),
@@ -615,7 +652,7 @@ class Engine:
         )
         observed = trace is not None or self._bus.active
         if decided.decision is Decision.PARTIAL_SUCCESS:
-            tool.metrics.on_success(now, 0.0, retried=False)
+            tool.metrics.on_partial_success(now)
             if observed:
                 self.publish(
                     CallSucceeded(
@@ -638,51 +675,40 @@ class Engine:
                 trace,
             )  # fmt: skip
         if decided.decision is Decision.ALTERNATIVE and decided.alternative is not None:
-            return await self._use_alternative(tool.name, decided, args, ctx, call_id, turn_id, trace, now)
+            return await self._use_alternative(run, decided, now)
         return CallResult(tool.name, None, final, attempts, None, decided.decision, decided.reason)
 
-    async def _use_alternative(
-        self,
-        tool_id: str,
-        decided: HandlerDecision,
-        args: dict[str, Any],
-        ctx: CallContext | None,
-        call_id: str,
-        turn_id: str | None,
-        trace: list[Event] | None,
-        now: float,
-    ) -> CallResult:
+    async def _use_alternative(self, run: _CallRun, decided: HandlerDecision, now: float) -> CallResult:
+        tool_id, ctx, call_id = run.tool.name, run.ctx, run.call_id
         alternative = decided.alternative
         assert alternative is not None
         self.publish(
             AlternativeUsed(
-                at=self.wall_clock(), t=now, tool_id=tool_id, call_id=call_id, turn_id=turn_id,
+                at=self.wall_clock(), t=now, tool_id=tool_id, call_id=call_id, turn_id=run.turn_id,
                 alternative=alternative, reason=decided.reason,
             ),
-            trace,
+            run.trace,
         )  # fmt: skip
         alt_ctx = (
             replace(ctx, tried=(*ctx.tried, tool_id), call_ordinal=self.next_call_ordinal(alternative))
             if ctx is not None
             else CallContext(call_id, tried=(tool_id,))
         )
-        result = await self.execute(alternative, args, alt_ctx)
+        result = await self.execute(alternative, run.args, alt_ctx, run.handler)
         result.served_by = result.served_by or alternative
         return result
 
-    async def _rejected(
+    def _rejected(
         self,
         tool: _Tool,
-        manifest: ToolManifest,
         args: dict[str, Any],
         ctx: CallContext | None,
         call_id: str,
         turn_id: str | None,
         trace: list[Event] | None,
         now: float,
-        handler: HandlerLike | None,
     ) -> CallResult:
-        """Short-circuited before any attempt: the cheap path, no exception raised."""
+        """Short-circuited before any attempt: the cheap path, synchronous, nothing raised."""
         breaker = tool.breaker
         reason = breaker.rejection_reason()
         tool.metrics.on_rejected(now)
@@ -699,21 +725,28 @@ class Engine:
             ErrorKind.CIRCUIT_OPEN, reason, tool_id=tool.name, tool_input=args,
             at=at, classification=_CIRCUIT_OPEN,
         )  # fmt: skip
-        if not manifest.alternatives and handler is None and self.handler is None:
-            quiet = ctx is not None and ctx.optional
-            decision = Decision.FAIL_GRACEFULLY if quiet else Decision.ESCALATE
-            return CallResult(tool.name, None, error, 0, None, decision, reason)
-        decided = self._decide(tool, manifest, error, _CIRCUIT_OPEN, ctx, call_id, turn_id, 0, 0.0, now, handler)
+        decision = Decision.FAIL_GRACEFULLY if ctx is not None and ctx.optional else Decision.ESCALATE
+        return CallResult(tool.name, None, error, 0, None, decision, reason)
+
+    async def _after_rejection(self, run: _CallRun, rejected: CallResult, now: float) -> CallResult:
+        """Let the handler decide about a rejection: it may route the call to an alternative."""
+        assert rejected.error is not None
+        decided = self._decide(run, rejected.error, _CIRCUIT_OPEN, 0, now)
         if decided.decision is Decision.ALTERNATIVE and decided.alternative is not None:
-            return await self._use_alternative(tool.name, decided, args, ctx, call_id, turn_id, trace, now)
-        return CallResult(tool.name, None, error, 0, None, decided.decision, decided.reason)
+            return await self._use_alternative(run, decided, now)
+        rejected.decision, rejected.reason = decided.decision, decided.reason
+        return rejected
 
     def _unknown_tool(
         self, tool_id: str, args: dict[str, Any], call_id: str, turn_id: str | None, trace: list[Event] | None
     ) -> CallResult:
         now = current_time()
         error = ToolError(
-            ErrorKind.UNKNOWN_TOOL, f"unknown tool {tool_id!r}", tool_id=tool_id, tool_input=args, at=self.wall_clock()
+            ErrorKind.UNKNOWN_TOOL,
+            f"unknown tool {tool_id!r}",
+            tool_id=tool_id,
+            tool_input=args,
+            at=self.wall_clock(),
         )
         error.classification = classify(error)
         self.publish(
@@ -731,12 +764,13 @@ class Engine:
     async def __aenter__(self) -> Self:
         try:
             async with AsyncExitStack() as stack:  # unwound if any service fails to start
-                self._now = backend_clock()
+                self._now, self._new_scope = backend_clock(), backend_cancel_scope()
                 stack.callback(setattr, self, "_now", current_time)
+                stack.callback(setattr, self, "_new_scope", CancelScope)
                 task_group = await stack.enter_async_context(anyio.create_task_group())
                 stack.callback(self._bus.flush, 5.0)
                 stack.callback(task_group.cancel_scope.cancel)
-                await task_group.start(self._timeouts.run)
+                await task_group.start(self.timeouts.run)
                 await task_group.start(self._half_open_timer)
                 if self._watch and self.manifests.directory is not None:
                     await task_group.start(self._watch_manifests)
@@ -813,9 +847,10 @@ class Engine:
         except Exception:  # the engine never crashes on a manifest
             log.exception("manifest reload failed")
             events = []
-        # Defaults changes reach tools without a file of their own: refresh every breaker.
+        # Defaults changes reach tools without a file of their own: refresh every tool.
         for tool in self._tools.values():
-            tool.breaker.config = registry.get(tool.name).circuit_breaker
+            tool.manifest = registry.get(tool.name)
+            tool.breaker.config = tool.manifest.circuit_breaker
         for event in events:
             self.publish(event)
         return events

@@ -159,7 +159,8 @@ class CallFailed(ToolEvent):
     decision: str = "escalate"
 
     def describe(self) -> str:
-        return f"{self.tool_id} failed after {self.attempts} attempt(s): {self.error} → {self.decision} ({self.reason})"
+        attempts = f"{self.attempts} attempt(s)"
+        return f"{self.tool_id} failed after {attempts}: {self.error} → {self.decision} ({self.reason})"
 
 
 @dataclass(slots=True, kw_only=True)
@@ -237,10 +238,11 @@ class CallEscalated(ToolEvent):
 class DefaultUsed(ToolEvent):
     """A call ran with its declared default in place of a failed dependency's output."""
 
-    dependencies: tuple[str, ...]
+    blocked_by: tuple[str, ...]
+    reason: str
 
     def describe(self) -> str:
-        return f"Used default value for {self.tool_id} (in place of {', '.join(self.dependencies)})"
+        return f"Used default value for {self.tool_id} (in place of {', '.join(self.blocked_by)})"
 
 
 @dataclass(slots=True, kw_only=True)
@@ -269,7 +271,7 @@ class TurnCanceled(Event):
 
 @dataclass(slots=True, kw_only=True)
 class TurnFinished(Event):
-    """A turn ended; ``summary`` is the plain sentence for the user."""
+    """A turn ended; its summary is the plain sentence for the user."""
 
     turn_id: str
     summary: str

@@ -23,10 +23,15 @@ fault_plan:
 For every attempt the engine asks :meth:`FaultInjector.pick` with the ordinals it assigned
 (the tool's call number, the attempt within the call, the turn and call id); nothing is
 counted from timing, so the same plan fires the same faults on every run. The most specific
-matching step wins (``turn`` + ``call_id``, then ``tool`` + ``call``, then ``tool``); chaos
-applies when no step matched or the matched sequence ran out without ``repeat``. Each chaos
-draw is a hash of (seed, tool, call, attempt, turn, call id), so it does not depend on the
-order in which concurrent calls are picked.
+matching step wins (``turn`` + ``call_id`` + ``tool``, ``turn`` + ``call_id``, then ``tool``
++ ``call``, then ``tool``); only the winner's sequence advances. A ``{tool}`` step takes one
+element per attempt in ``pick()`` order; the others index their sequence by attempt. Chaos
+applies when no step matched or the matched sequence ran out without ``repeat``; each draw
+is a hash of (seed, tool, call, attempt, turn, call id), so it does not depend on the order
+in which concurrent calls are picked.
+
+``pick()`` returns None when nothing applies (run the tool as usual) and an
+:class:`OkFault` for an explicit ``{type: ok}`` step (``fault.is_ok``; it just runs the tool).
 
 The engine awaits :meth:`BaseFault.run` inside the attempt's timeout scope in place of the
 tool. Faults raise exceptions shaped like the real ones (class names, status codes, headers,
@@ -39,7 +44,7 @@ import errno
 import hashlib
 import json
 import re
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterable, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from http import HTTPStatus
 from pathlib import Path
@@ -57,13 +62,15 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from engine.config import ConfigError, ConfigIssue, read_yaml
 from engine.errors import ToolError
 from engine.kinds import ErrorKind
-from engine.manifest import TOOL_ID_PATTERN, ManifestError, ManifestIssue, _read
+from engine.manifest import TOOL_ID_PATTERN
 
 __all__ = [
     "CHAOS_FAULT_TYPES",
     "FAULT_TYPES",
+    "INJECTED_ATTR",
     "APIStatusError",
     "AuthenticationError",
     "BadRequestError",
@@ -436,7 +443,7 @@ class StreamTruncateFault(BaseFault):
     async def run(self, invoke: Invoke) -> NoReturn:
         raise self.exception()
 
-    async def wrap_stream(self, stream: AsyncIterable[T]) -> AsyncIterator[T]:
+    async def wrap_stream(self, stream: AsyncIterable[T]) -> AsyncGenerator[T, None]:
         """Yield the first ``after_chunks`` chunks of ``stream``, close it, then raise.
 
         A stream shorter than that is still cut: its end never arrives.
@@ -529,8 +536,8 @@ def corrupt_tool_call(name: str, arguments: str, *, mode: ToolCallFaultMode) -> 
         return name, "{}"
     if mode == "malformed_arguments":
         text = arguments.strip()
-        for candidate in (text[: len(text) - max(1, len(text) // 3)], text + "}", '{"'):
-            if not _parses(candidate):
+        for candidate in (text[: len(text) - max(1, len(text) // 3)], '{"'):
+            if candidate and not _parses(candidate):
                 return name, candidate
     raise ValueError(f"unknown tool_call_fault mode {mode!r}")
 
@@ -604,7 +611,11 @@ MatchLevel = Literal["call_id", "call", "tool"]
 
 
 class StepMatch(BaseModel):
-    """Which attempts a step governs: ``{tool}``, ``{tool, call}`` or ``{turn, call_id}``."""
+    """Which attempts a step governs: ``{tool}``, ``{tool, call}`` or ``{turn, call_id}``.
+
+    A ``{turn, call_id}`` match may also name a ``tool``: without one it governs every tool
+    that serves the call (an alternative included), with one only that tool.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -616,13 +627,13 @@ class StepMatch(BaseModel):
 
     @model_validator(mode="after")
     def _one_shape(self) -> StepMatch:
-        shapes = "give {tool}, {tool, call} or {turn, call_id}"
+        shapes = "give {tool}, {tool, call} or {turn, call_id} (optionally with tool)"
         if self.tool is None and self.call is None and self.turn is None and self.call_id is None:
             raise ValueError(f"empty match: {shapes}")
         if (self.turn is None) != (self.call_id is None):
             raise ValueError(f"turn and call_id go together: {shapes}")
-        if self.turn is not None and (self.tool is not None or self.call is not None):
-            raise ValueError(f"a {{turn, call_id}} match takes no tool or call: {shapes}")
+        if self.turn is not None and self.call is not None:
+            raise ValueError(f"a {{turn, call_id}} match takes no call ordinal: {shapes}")
         if self.call is not None and self.tool is None:
             raise ValueError(f"call needs tool: {shapes}")
         return self
@@ -636,7 +647,8 @@ class StepMatch(BaseModel):
 
     def describe(self) -> str:
         if self.call_id is not None:
-            return f"{{turn: {self.turn}, call_id: {self.call_id}}}"
+            tool = f", tool: {self.tool}" if self.tool is not None else ""
+            return f"{{turn: {self.turn}, call_id: {self.call_id}{tool}}}"
         if self.call is not None:
             return f"{{tool: {self.tool}, call: {self.call}}}"
         return f"{{tool: {self.tool}}}"
@@ -753,16 +765,18 @@ class _PlanFile(BaseModel):
     fault_plan: FaultPlan
 
 
-class FaultPlanError(ManifestError):
+class FaultPlanError(ConfigError):
     """Problems in a fault plan; each is one line: ``file:line: steps[1].sequence[0].field: message``."""
+
+    what = "fault plan"
 
 
 def load_fault_plan(path: str | Path) -> FaultPlan:
     """Load and validate a fault plan file (safe YAML); raises :class:`FaultPlanError`."""
     path = Path(path)
     try:
-        parsed = _read(path, "fault_plan")
-    except ManifestError as exc:
+        parsed = read_yaml(path, "fault_plan", FaultPlanError)
+    except FaultPlanError as exc:
         raise FaultPlanError(
             replace(issue, field=_YAML_INDEX.sub(r"[\1]", issue.field.removeprefix("fault_plan.")))
             for issue in exc.issues
@@ -822,8 +836,8 @@ def _line_of(loc: Loc, lines: Mapping[Loc, int]) -> int | None:
     return None
 
 
-def _issues(exc: ValidationError, source: str, lines: Mapping[Loc, int]) -> list[ManifestIssue]:
-    issues: list[ManifestIssue] = []
+def _issues(exc: ValidationError, source: str, lines: Mapping[Loc, int]) -> list[ConfigIssue]:
+    issues: list[ConfigIssue] = []
     seen: set[str] = set()
     expected = ", ".join(FAULT_TYPES)
     errors = exc.errors()
@@ -859,7 +873,7 @@ def _issues(exc: ValidationError, source: str, lines: Mapping[Loc, int]) -> list
         if field_name in seen:
             continue  # e.g. an unknown chaos type fails as a key and as a value
         seen.add(field_name)
-        issues.append(ManifestIssue(source, _line_of(loc, lines), field_name, message))
+        issues.append(ConfigIssue(source, _line_of(loc, lines), field_name, message))
     return issues
 
 
@@ -914,13 +928,13 @@ class FaultInjector:
         self.plan = plan
         self.counters: dict[str, int] = {}
         self.fired: list[FiredFault] = []
-        self._by_call_id: dict[tuple[str, str], int] = {}
+        self._by_call_id: dict[tuple[str, str, str | None], int] = {}
         self._by_call: dict[tuple[str, int], int] = {}
         self._by_tool: dict[str, int] = {}
         for index, step in enumerate(plan.steps):
             m = step.match
             if m.turn is not None and m.call_id is not None:
-                self._by_call_id[(m.turn, m.call_id)] = index
+                self._by_call_id[(m.turn, m.call_id, m.tool)] = index
             elif m.tool is not None and m.call is not None:
                 self._by_call[(m.tool, m.call)] = index
             elif m.tool is not None:
@@ -980,8 +994,10 @@ class FaultInjector:
         return fault
 
     def _step_for(self, tool_id: str, call: int, turn_id: str | None, call_id: str | None) -> int:
-        if turn_id is not None and call_id is not None:
-            index = self._by_call_id.get((turn_id, call_id))
+        if turn_id is not None and call_id is not None and self._by_call_id:
+            index = self._by_call_id.get((turn_id, call_id, tool_id))
+            if index is None:
+                index = self._by_call_id.get((turn_id, call_id, None))
             if index is not None:
                 return index
         index = self._by_call.get((tool_id, call))

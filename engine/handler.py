@@ -90,6 +90,16 @@ class FailureContext:
     def message(self) -> str:
         return str(self.error) or type(self.error).__name__
 
+    @property
+    def resend_unsafe(self) -> bool:
+        """A side-effecting call failed ambiguously: sending it again could repeat its effect."""
+        manifest = self.manifest
+        return (
+            manifest.side_effect is SideEffect.SIDE_EFFECTING
+            and self.classification.kind.info.ambiguous
+            and not manifest.retry_ambiguous
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class HandlerDecision:
@@ -114,11 +124,12 @@ class DefaultErrorHandler:
         c = failure.classification
         kind = c.kind
         plan = failure.retry_plan
-        manifest = failure.manifest
+        if failure.resend_unsafe:
+            # The request may have been processed: neither a retry nor an alternative may repeat it.
+            why = f"side-effecting tool: not re-sent after an ambiguous {kind}"
+            return self._give_up(failure, why)
         if c.retryable:
-            if manifest.side_effect is SideEffect.SIDE_EFFECTING and kind.info.ambiguous and not manifest.retry_ambiguous:
-                why = f"side-effecting tool: not retried after an ambiguous {kind}"
-            elif not plan.retry:
+            if not plan.retry:
                 why = plan.reason
             elif failure.breaker_state in (BreakerState.OPEN, BreakerState.FORCED_OPEN):
                 why = f"circuit breaker for {failure.tool_id} is {failure.breaker_state}"
@@ -134,7 +145,13 @@ class DefaultErrorHandler:
             return HandlerDecision(Decision.PARTIAL_SUCCESS, f"{why}; keeping the partial result")
         if failure.alternatives and kind not in CALLER_FAULT_KINDS:
             alternative = failure.alternatives[0]
-            return HandlerDecision(Decision.ALTERNATIVE, f"{why}; using {alternative}", alternative=alternative)
+            return HandlerDecision(
+                Decision.ALTERNATIVE, f"{why}; using {alternative}", alternative=alternative
+            )
+        return self._give_up(failure, why)
+
+    @staticmethod
+    def _give_up(failure: FailureContext, why: str) -> HandlerDecision:
         if failure.optional:
             return HandlerDecision(Decision.FAIL_GRACEFULLY, f"{why}; optional call, the turn continues")
         return HandlerDecision(Decision.ESCALATE, why)

@@ -24,11 +24,11 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from engine.breaker import BreakerConfig
 from engine.classify import ClassificationOverride
+from engine.config import ConfigError, ConfigIssue, ParsedYaml, issues_from, read_yaml
 from engine.events import Event, ManifestLoaded, ManifestRejected, ManifestRemoved
 from engine.retry import RetryPolicy
 
@@ -79,132 +79,10 @@ class _DefaultsFile(BaseModel):
 # --- errors -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class ManifestIssue:
-    path: str
-    line: int | None
-    field: str
-    message: str
-
-    def __str__(self) -> str:
-        where = f"{self.path}:{self.line}" if self.line else self.path
-        what = f"{self.field}: {self.message}" if self.field else self.message
-        return _one_line(f"{where}: {what}")
-
-
-def _one_line(text: str) -> str:
-    """Keys and YAML messages may hold line breaks; an issue is always shown on one line."""
-    return "\\n".join(text.splitlines())
-
-
-class ManifestError(Exception):
+class ManifestError(ConfigError):
     """One or more problems in manifest files; ``str()`` is the first, on one line."""
 
-    def __init__(self, issues: Iterable[ManifestIssue]) -> None:
-        self.issues = tuple(issues)
-        first = str(self.issues[0]) if self.issues else "invalid manifest"
-        more = f" (and {len(self.issues) - 1} more)" if len(self.issues) > 1 else ""
-        super().__init__(first + more)
-
-
-# --- YAML with line numbers ---------------------------------------------------------------
-
-Path_ = tuple[str | int, ...]
-
-
-_MAX_FLOW_DEPTH = 100
-"""``[[[[…`` deeper than this is an error: PyYAML's scanner slows to ~1 s on thousands."""
-
-
-class _SafeLoader(yaml.SafeLoader):
-    """A ``SafeLoader`` that reports bad values (``!!int abc``, month 13) as YAML errors."""
-
-    def fetch_flow_collection_start(self, TokenClass: Any) -> None:
-        if self.flow_level >= _MAX_FLOW_DEPTH:
-            raise yaml.scanner.ScannerError(
-                None, None, f"nested deeper than {_MAX_FLOW_DEPTH} levels", self.get_mark()
-            )
-        super().fetch_flow_collection_start(TokenClass)
-
-    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
-        try:
-            return super().construct_object(node, deep)
-        except (ValueError, TypeError, OverflowError) as exc:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"invalid {node.tag.rsplit(':', 1)[-1]} value: {exc}", node.start_mark
-            ) from None
-
-
-def _load_yaml(text: str, path: str) -> tuple[Any, dict[Path_, int]]:
-    """Parse ``text`` safely; return the data and the line of every key and item."""
-    loader: _SafeLoader | None = None
-    try:
-        loader = _SafeLoader(text)  # checks for unprintable characters already
-        node = loader.get_single_node()
-        if node is None:
-            return None, {}
-        lines: dict[Path_, int] = {}
-        _index_lines(node, (), lines, path, set())
-        return loader.construct_document(node), lines
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark else None
-        problem = exc.problem or exc.context or "invalid YAML"
-        raise ManifestError([ManifestIssue(path, line, "", f"YAML syntax error: {problem}")]) from None
-    except yaml.reader.ReaderError as exc:
-        line = text.count("\n", 0, exc.position) + 1 if isinstance(exc.position, int) else None
-        problem = f"unacceptable character #x{exc.character:04x}: {exc.reason}"
-        raise ManifestError([ManifestIssue(path, line, "", f"YAML error: {problem}")]) from None
-    except yaml.YAMLError as exc:
-        raise ManifestError([ManifestIssue(path, None, "", f"YAML error: {exc}")]) from None
-    except RecursionError:
-        issue = ManifestIssue(path, None, "", "YAML error: nested too deeply")
-        raise ManifestError([issue]) from None
-    finally:
-        if loader is not None:
-            loader.dispose()
-
-
-def _index_lines(
-    node: yaml.Node, at: Path_, lines: dict[Path_, int], path: str, seen_nodes: set[int]
-) -> None:
-    lines.setdefault(at, node.start_mark.line + 1)
-    if id(node) in seen_nodes:
-        return  # an alias: indexed where its anchor is (recursive or "billion laughs" YAML)
-    seen_nodes.add(id(node))
-    if isinstance(node, yaml.MappingNode):
-        seen: dict[str, int] = {}
-        for key_node, value_node in node.value:
-            key = str(key_node.value)
-            line = key_node.start_mark.line + 1
-            if key in seen:
-                field_path = ".".join(str(p) for p in (*at, key))
-                raise ManifestError(
-                    [ManifestIssue(path, line, field_path, f"duplicate key (first on line {seen[key]})")]
-                )
-            seen[key] = line
-            lines[(*at, key)] = line
-            _index_lines(value_node, (*at, key), lines, path, seen_nodes)
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            _index_lines(item, (*at, i), lines, path, seen_nodes)
-
-
-def _issues_from(exc: ValidationError, path: str, lines: Mapping[Path_, int]) -> list[ManifestIssue]:
-    issues = []
-    for err in exc.errors():
-        loc = tuple(p for p in err["loc"] if isinstance(p, str | int))
-        line = None
-        for depth in range(len(loc), -1, -1):
-            if (line := lines.get(loc[:depth])) is not None:
-                break
-        message = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            message = "unknown key"
-        elif err["type"] == "missing":
-            message = "required"
-        issues.append(ManifestIssue(path, line, ".".join(str(p) for p in loc), message))
-    return issues
+    what = "manifest"
 
 
 def _deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
@@ -220,48 +98,24 @@ def _deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, A
 # --- parsing ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _Parsed:
-    raw: dict[str, Any]
-    lines: dict[Path_, int]
-    digest: str
+def _read(path: Path, top_key: str) -> ParsedYaml:
+    return read_yaml(path, top_key, ManifestError)
 
 
-def _read(path: Path, top_key: str) -> _Parsed:
-    shown = str(path)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ManifestError([ManifestIssue(shown, None, "", f"cannot read: {exc.strerror}")]) from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        issue = ManifestIssue(shown, line, "", f"not UTF-8 text (byte 0x{data[exc.start]:02x})")
-        raise ManifestError([issue]) from None
-    raw, lines = _load_yaml(text, shown)
-    if not isinstance(raw, dict) or top_key not in raw:
-        found = f"found {sorted(map(str, raw))}" if isinstance(raw, dict) else "found no mapping"
-        raise ManifestError(
-            [ManifestIssue(shown, 1, "", f"expected a top-level '{top_key}:' mapping ({found})")]
-        )
-    return _Parsed(raw, lines, hashlib.sha256(data).hexdigest()[:12])
-
-
-def _validate_tool(parsed: _Parsed, defaults: Mapping[str, Any], shown: str) -> ToolManifest:
+def _validate_tool(parsed: ParsedYaml, defaults: Mapping[str, Any], shown: str) -> ToolManifest:
     body = parsed.raw.get("tool")
     merged = {**parsed.raw, "tool": _deep_merge(defaults, body) if isinstance(body, Mapping) else body}
     try:
         return _ToolFile.model_validate(merged).tool
     except ValidationError as exc:
-        raise ManifestError(_issues_from(exc, shown, parsed.lines)) from None
+        raise ManifestError(issues_from(exc, shown, parsed.lines)) from None
 
 
-def _validate_defaults(parsed: _Parsed, shown: str) -> dict[str, Any]:
+def _validate_defaults(parsed: ParsedYaml, shown: str) -> dict[str, Any]:
     try:
         _DefaultsFile.model_validate(parsed.raw)
     except ValidationError as exc:
-        raise ManifestError(_issues_from(exc, shown, parsed.lines)) from None
+        raise ManifestError(issues_from(exc, shown, parsed.lines)) from None
     defaults = parsed.raw["defaults"]
     return dict(defaults) if isinstance(defaults, Mapping) else {}
 
@@ -287,7 +141,7 @@ class LoadedManifest:
 
 @dataclass(slots=True)
 class _FileState:
-    parsed: _Parsed
+    parsed: ParsedYaml
     tool_id: str | None = None
 
 
@@ -298,7 +152,7 @@ class ManifestRegistry:
     directory: Path | None = None
     version: int = 0
     entries: dict[str, LoadedManifest] = field(default_factory=dict)
-    rejected: dict[str, tuple[ManifestIssue, ...]] = field(default_factory=dict)
+    rejected: dict[str, tuple[ConfigIssue, ...]] = field(default_factory=dict)
     """Current validation problems, by file; the last good version stays in force."""
     _defaults: dict[str, Any] = field(default_factory=dict)
     _defaults_digest: str | None = None
@@ -310,7 +164,7 @@ class ManifestRegistry:
         """Load every manifest in ``directory``; raises :class:`ManifestError` listing all problems."""
         registry = cls(Path(directory))
         if not registry.directory or not registry.directory.is_dir():
-            raise ManifestError([ManifestIssue(str(directory), None, "", "not a directory")])
+            raise ManifestError([ConfigIssue(str(directory), None, "", "not a directory")])
         registry.reload(registry.manifest_files(), at=at, t=0.0)
         if registry.rejected:
             raise ManifestError(issue for issues in registry.rejected.values() for issue in issues)
@@ -388,7 +242,7 @@ class ManifestRegistry:
                 return []
         # Re-validate every tool under the new defaults: all or nothing.
         revalidated: dict[Path, ToolManifest] = {}
-        problems: list[ManifestIssue] = []
+        problems: list[ConfigIssue] = []
         for file_path, state in self._files.items():
             try:
                 revalidated[file_path] = _validate_tool(state.parsed, new_defaults, str(file_path))
@@ -396,7 +250,7 @@ class ManifestRegistry:
                 problems += exc.issues
         if problems:
             error = ManifestError(
-                [ManifestIssue(shown, None, "", f"these defaults break {p}") for p in problems]
+                [ConfigIssue(shown, None, "", f"these defaults break {p}") for p in problems]
             )
             return [self._reject(shown, error, self._defaults_digest, at, t)]
         self._defaults, self._defaults_digest = new_defaults, digest
@@ -437,7 +291,7 @@ class ManifestRegistry:
             if owner is not None:
                 line = parsed.lines.get(("tool", "id"))
                 raise ManifestError(
-                    [ManifestIssue(shown, line, "tool.id", f"{manifest.id!r} is already defined in {owner}")]
+                    [ConfigIssue(shown, line, "tool.id", f"{manifest.id!r} is already defined in {owner}")]
                 )
         except ManifestError as exc:
             return [self._reject(shown, exc, kept_digest, at, t)]

@@ -289,6 +289,12 @@ class ToolMetrics:
         histogram = cur.latency
         histogram[bucket] = histogram.get(bucket, 0) + 1
 
+    def on_partial_success(self, now: float) -> None:
+        """The call ended keeping a partial result; its attempt's latency was already recorded."""
+        if now >= self._edge:
+            self._roll(now)
+        self._cur.successes += 1
+
     def on_failure(self, now: float) -> None:
         """The call ended failed, after its last attempt."""
         if now >= self._edge:

@@ -11,22 +11,9 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Callable
 
 import anyio
-import anyio.lowlevel
 from anyio import CancelScope, current_time
-
-
-def backend_clock() -> Callable[[], float]:
-    """The running backend's clock, looked up once instead of on every read.
-
-    ``anyio.current_time()`` finds the backend on each call; the token's ``backend_class``
-    (an ``anyio.abc.AsyncBackend``) reads the same clock at half the cost.
-    """
-    backend = getattr(anyio.lowlevel.current_token(), "backend_class", None)
-    clock = getattr(backend, "current_time", None)
-    return clock if callable(clock) else current_time
 
 
 class TimeoutSupervisor:

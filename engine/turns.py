@@ -10,14 +10,13 @@ reported as timed out (spec §4.2, as the issue settles it).
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 import anyio
-from anyio import CancelScope, current_time
+from anyio import current_time
 
 from engine.engine import CallContext
 from engine.events import (
@@ -42,7 +41,8 @@ class ToolCall:
     id: str
     tool: str
     args: Mapping[str, Any] = field(default_factory=dict)
-    depends_on: tuple[str, ...] = ()
+    depends_on: Sequence[str] = ()
+    """Stored as a tuple."""
     optional: bool = False
     default: Any = MISSING
     """Used in place of a failed dependency's output; the call then runs anyway."""
@@ -56,13 +56,37 @@ class ToolCall:
 
 @dataclass(frozen=True, slots=True)
 class Turn:
-    calls: tuple[ToolCall, ...]
+    """A DAG of calls. Its structure is checked when it is made: an invalid turn cannot exist.
+
+    Raises :class:`TurnError` for duplicate ids, dangling or self dependencies, cycles,
+    ``inputs`` from a non-dependency and a non-positive deadline. Whether the tools exist is
+    checked when the turn runs.
+    """
+
+    calls: Sequence[ToolCall]
+    """Stored as a tuple."""
     id: str | None = None
     deadline_s: float | None = 300.0
     """The spec's per-turn timeout (5 minutes); None for no deadline."""
+    by_id: Mapping[str, ToolCall] = field(init=False, repr=False, compare=False)
+    dependants: Mapping[str, tuple[str, ...]] = field(init=False, repr=False, compare=False)
+    """Call id → the calls that depend on it, in turn order."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "calls", tuple(self.calls))
+        calls = tuple(self.calls)
+        object.__setattr__(self, "calls", calls)
+        if problems := _structure_problems(self):
+            raise TurnError(problems)
+        dependants: dict[str, list[str]] = {c.id: [] for c in calls}
+        for call in calls:
+            for dep in call.depends_on:
+                dependants[dep].append(call.id)
+        object.__setattr__(self, "by_id", {c.id: c for c in calls})
+        object.__setattr__(self, "dependants", {cid: tuple(ds) for cid, ds in dependants.items()})
+
+    @property
+    def label(self) -> str:
+        return f"turn {self.id}" if self.id else "turn"
 
 
 class TurnError(ValueError):
@@ -112,7 +136,8 @@ class CallOutcome:
             return True
         if self.status is CallStatus.FAILED:
             return self.error is not None and self.error.executed
-        return self.status is CallStatus.TIMED_OUT and self.launched
+        # Cut off by the deadline or a stop while running: the tool did run.
+        return self.status in (CallStatus.TIMED_OUT, CallStatus.CANCELED) and self.launched
 
     @property
     def label(self) -> str:
@@ -142,7 +167,9 @@ class TurnResult:
     @property
     def escalations(self) -> list[CallOutcome]:
         return [
-            o for o in self.outcomes.values() if o.status is CallStatus.ESCALATED or o.decision is Decision.ESCALATE
+            o
+            for o in self.outcomes.values()
+            if o.status is CallStatus.ESCALATED or o.decision is Decision.ESCALATE
         ]
 
     @property
@@ -159,24 +186,28 @@ class TurnResult:
         return all(o.ok for o in self.outcomes.values())
 
 
-def validate(turn: Turn, tools: Iterable[str]) -> None:
-    """Reject cycles, unknown tools, dangling dependencies and duplicates before anything runs."""
-    known = set(tools)
+def validate(turn: Turn, tools: Collection[str]) -> None:
+    """Reject a turn that names tools the engine does not have, before anything runs."""
+    unknown = [call for call in turn.calls if call.tool not in tools]
+    if unknown:
+        listed = ", ".join(sorted(tools))
+        raise TurnError(
+            f"{turn.label}: call {call.id!r} uses unknown tool {call.tool!r} (known: {listed})"
+            for call in unknown
+        )
+
+
+def _structure_problems(turn: Turn) -> list[str]:
     problems: list[str] = []
-    name = f"turn {turn.id}" if turn.id else "turn"
-    ids = [c.id for c in turn.calls]
+    name = turn.label
     seen: set[str] = set()
-    for cid in ids:
-        if cid in seen:
-            problems.append(f"{name}: call id {cid!r} is used twice")
-        seen.add(cid)
+    for call in turn.calls:
+        if call.id in seen:
+            problems.append(f"{name}: call id {call.id!r} is used twice")
+        seen.add(call.id)
     if turn.deadline_s is not None and not turn.deadline_s > 0:
         problems.append(f"{name}: deadline_s must be positive, got {turn.deadline_s!r}")
     for call in turn.calls:
-        if call.tool not in known:
-            problems.append(
-                f"{name}: call {call.id!r} uses unknown tool {call.tool!r} (known: {', '.join(sorted(known))})"
-            )
         for dep in call.depends_on:
             if dep == call.id:
                 problems.append(f"{name}: call {call.id!r} depends on itself")
@@ -185,15 +216,14 @@ def validate(turn: Turn, tools: Iterable[str]) -> None:
         for param, dep in (call.inputs or {}).items():
             if dep not in call.depends_on:
                 problems.append(
-                    f"{name}: call {call.id!r} takes input {param!r} from {dep!r}, which it does not depend on"
+                    f"{name}: call {call.id!r} takes input {param!r} from {dep!r}, not a dependency"
                 )
     if cycle := _find_cycle(turn.calls):
         problems.append(f"{name}: dependency cycle {' → '.join(cycle)}")
-    if problems:
-        raise TurnError(problems)
+    return problems
 
 
-def _find_cycle(calls: tuple[ToolCall, ...]) -> list[str] | None:
+def _find_cycle(calls: Sequence[ToolCall]) -> list[str] | None:
     graph = {c.id: [d for d in c.depends_on if d != c.id] for c in calls}
     state: dict[str, int] = {}  # 1 visiting, 2 done
     path: list[str] = []
@@ -216,24 +246,36 @@ def _find_cycle(calls: tuple[ToolCall, ...]) -> list[str] | None:
     return None
 
 
+@dataclass(slots=True)
+class _Ready:
+    """A call whose dependencies are settled, with the arguments it will run with."""
+
+    call: ToolCall
+    args: dict[str, Any]
+    used_default: bool = False
+
+
 class TurnRunner:
     """Runs one turn on an engine; see :meth:`engine.Engine.run_turn`."""
 
     def __init__(
-        self, engine: Engine, turn: Turn, *, stop: anyio.Event | None = None, handler: ErrorHandler | None = None
+        self,
+        engine: Engine,
+        turn: Turn,
+        *,
+        stop: anyio.Event | None = None,
+        handler: ErrorHandler | None = None,
     ) -> None:
+        validate(turn, engine.tool_ids)  # the structure was checked when the turn was made
         self.engine = engine
         self.turn = turn
         self.stop = stop
         self.handler = handler
-        self.calls = {c.id: c for c in turn.calls}
+        self.calls = turn.by_id
+        self.dependants = turn.dependants
         self.outcomes: dict[str, CallOutcome] = {}
         self.launched: set[str] = set()
-        self.waiting = {c.id: set(c.depends_on) for c in turn.calls}
-        self.dependants: dict[str, list[str]] = {c.id: [] for c in turn.calls}
-        for call in turn.calls:
-            for dep in call.depends_on:
-                self.dependants[dep].append(call.id)
+        self.waiting = {c.id: set(c.depends_on) for c in turn.calls if c.depends_on}
         self.stopped = False
         self.turn_id = ""
         self.trace = TurnTrace("")
@@ -243,7 +285,6 @@ class TurnRunner:
 
     async def run(self) -> TurnResult:
         engine, turn = self.engine, self.turn
-        validate(turn, engine.tools)
         self.turn_id = turn.id or engine.next_turn_id()
         self.trace = TurnTrace(self.turn_id)
         # One draw per turn seeds every call's jitter: retries never depend on task scheduling.
@@ -256,22 +297,23 @@ class TurnRunner:
                 deadline_ms=turn.deadline_s * 1000.0 if turn.deadline_s is not None else None,
             )
         )  # fmt: skip
-        with CancelScope(deadline=self.deadline if self.deadline is not None else math.inf) as scope:
-            async with anyio.create_task_group() as outer:
-                if self.stop is not None:
-                    outer.start_soon(self._watch_stop, self.stop, scope)
-                async with anyio.create_task_group() as self._tasks:
-                    for call in turn.calls:
-                        if not call.depends_on:
-                            self._launch(call, dict(call.args))
-                outer.cancel_scope.cancel()
+        ready = [_Ready(c, dict(c.args)) for c in turn.calls if not c.depends_on]
+        if self.stop is None:
+            cut = await self._run_calls(ready)
+        else:
+            async with anyio.create_task_group() as watcher:
+                watcher.start_soon(self._watch_stop, self.stop)
+                cut = await self._run_calls(ready)
+                watcher.cancel_scope.cancel()
         now = current_time()
         unfinished = tuple(cid for cid in self.calls if cid not in self.outcomes)
-        timed_out = scope.cancelled_caught and not self.stopped
+        timed_out = cut and not self.stopped
         for cid in unfinished:
             self._cut_off(self.calls[cid], stopped=self.stopped)
         if unfinished and self.stopped:
-            self._publish(TurnCanceled(at=engine.wall_clock(), t=now, turn_id=self.turn_id, unfinished=unfinished))
+            self._publish(
+                TurnCanceled(at=engine.wall_clock(), t=now, turn_id=self.turn_id, unfinished=unfinished)
+            )
         elif timed_out:
             assert turn.deadline_s is not None
             self._publish(
@@ -283,56 +325,105 @@ class TurnRunner:
         outcomes = {cid: self.outcomes[cid] for cid in self.calls}
         summary = summarize(outcomes.values())
         result = TurnResult(
-            self.turn_id, outcomes, self.trace, summary, timed_out, self.stopped and bool(unfinished), now - start
+            self.turn_id,
+            outcomes,
+            self.trace,
+            summary,
+            timed_out,
+            self.stopped and bool(unfinished),
+            now - start,
         )
         self._publish(
             TurnFinished(
                 at=engine.wall_clock(), t=now, turn_id=self.turn_id, summary=summary,
-                statuses={cid: str(o.status) for cid, o in outcomes.items()}, executed=result.executed,
+                statuses={cid: o.status.value for cid, o in outcomes.items()}, executed=result.executed,
                 duration_ms=(now - start) * 1000.0,
             )
         )  # fmt: skip
         return result
 
-    async def _watch_stop(self, stop: anyio.Event, scope: CancelScope) -> None:
+    async def _run_calls(self, ready: list[_Ready]) -> bool:
+        """Run the turn's calls in one task group whose scope is the turn's deadline.
+
+        Returns whether the deadline (or a stop) cut the turn off.
+        """
+        timeouts = self.engine.timeouts
+        async with anyio.create_task_group() as self._tasks:
+            scope, bucket = self._tasks.cancel_scope, None
+            if self.stopped:  # the stop came before the calls started
+                scope.cancel()
+            if self.deadline is not None and self.turn.deadline_s is not None:
+                if timeouts.running:  # one supervisor enforces every deadline: no timer per turn
+                    bucket = timeouts.watch(self.turn.deadline_s, scope, self.deadline)
+                else:
+                    scope.deadline = self.deadline
+            try:
+                await self._start(ready)
+            finally:
+                if bucket is not None:
+                    timeouts.done(bucket, scope)
+        return scope.cancelled_caught
+
+    async def _watch_stop(self, stop: anyio.Event) -> None:
         await stop.wait()
         self.stopped = True
-        scope.cancel()
+        if self._tasks is not None:
+            self._tasks.cancel_scope.cancel()
 
     def _publish(self, event: Any) -> None:
         self.engine.publish(event, self.trace.events)
 
-    def _launch(self, call: ToolCall, args: dict[str, Any], *, used_default: bool = False) -> None:
-        ctx = CallContext(
+    async def _start(self, ready: list[_Ready]) -> None:
+        """Run ready calls: all but the first in new tasks, the first in this one.
+
+        Launch order (and so call ordinals) is decided here, synchronously: deterministic
+        whatever order the tasks then run in.
+        """
+        if not ready:
+            return
+        contexts = [self._context(item.call) for item in ready]
+        assert self._tasks is not None
+        for item, ctx in zip(ready[1:], contexts[1:], strict=True):
+            self._tasks.start_soon(self._lane, item, ctx)
+        await self._lane(ready[0], contexts[0])
+
+    async def _lane(self, item: _Ready, ctx: CallContext) -> None:
+        """Run a call; then carry on in this task with what it released (a task saved per edge)."""
+        while True:
+            call = item.call
+            result = await self.engine.execute(call.tool, item.args, ctx, handler=self.handler)
+            self.outcomes[call.id] = _outcome_of(call, result, item.used_default)
+            ready: list[_Ready] = []
+            self._settle(call.id, ready)
+            if not ready:
+                return
+            if len(ready) > 1:
+                await self._start(ready)
+                return
+            item, ctx = ready[0], self._context(ready[0].call)
+
+    def _context(self, call: ToolCall) -> CallContext:
+        self.launched.add(call.id)
+        return CallContext(
             call.id,
             self.turn_id,
             self.deadline,
             call.optional,
-            tuple(self.dependants[call.id]),
+            self.dependants[call.id],
             self.trace.events,
-            seed=f"{self.seed}:{call.id}",
+            seed=self.seed,
             call_ordinal=self.engine.next_call_ordinal(call.tool),
         )
-        self.launched.add(call.id)
-        assert self._tasks is not None
-        self._tasks.start_soon(self._run_call, call, args, ctx, used_default)
 
-    async def _run_call(
-        self, call: ToolCall, args: dict[str, Any], ctx: CallContext, used_default: bool
-    ) -> None:
-        result = await self.engine.execute(call.tool, args, ctx, handler=self.handler)
-        self.outcomes[call.id] = _outcome_of(call, result, used_default)
-        self._settle(call.id)
-
-    def _settle(self, call_id: str) -> None:
-        """A call is final: release the dependants that were waiting only for it."""
+    def _settle(self, call_id: str, ready: list[_Ready]) -> None:
+        """A call is final: resolve the dependants that were waiting only for it."""
         for dependant in self.dependants[call_id]:
             waiting = self.waiting[dependant]
             waiting.discard(call_id)
             if not waiting:
-                self._resolve(self.calls[dependant])
+                self._resolve(self.calls[dependant], ready)
 
-    def _resolve(self, call: ToolCall) -> None:
+    def _resolve(self, call: ToolCall, ready: list[_Ready]) -> None:
         """Every dependency of ``call`` is final: run it, run it with its default, or cascade."""
         failed = tuple(d for d in call.depends_on if not self.outcomes[d].ok)
         args = dict(call.args)
@@ -341,7 +432,7 @@ class TurnRunner:
             outcome = self.outcomes[dep]
             args[param] = outcome.value if outcome.ok else call.default
         if not failed:
-            self._launch(call, args)
+            ready.append(_Ready(call, args))
             return
         now = current_time()
         engine = self.engine
@@ -350,10 +441,10 @@ class TurnRunner:
             self._publish(
                 DefaultUsed(
                     at=engine.wall_clock(), t=now, tool_id=call.tool, call_id=call.id, turn_id=self.turn_id,
-                    dependencies=failed,
+                    blocked_by=failed, reason=f"dependency did not succeed ({why}); ran with its default",
                 )
             )  # fmt: skip
-            self._launch(call, args, used_default=True)
+            ready.append(_Ready(call, args, used_default=True))
             return
         engine.metrics.tool(call.tool).on_skipped(now)
         status = CallStatus.SKIPPED if call.optional else CallStatus.ESCALATED
@@ -369,7 +460,7 @@ class TurnRunner:
             )
         )  # fmt: skip
         self.outcomes[call.id] = CallOutcome(call.id, call.tool, status, reason=reason)
-        self._settle(call.id)
+        self._settle(call.id, ready)
 
     def _cut_off(self, call: ToolCall, *, stopped: bool) -> None:
         launched = call.id in self.launched

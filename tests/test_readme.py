@@ -28,8 +28,7 @@ def test_ci_runs_exactly_the_readme_test_command() -> None:
     assert command.group(1) in ci
 
 
-def test_the_api_example_runs(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    example = code_blocks("python")[0]
+def run_example(example: str, monkeypatch: pytest.MonkeyPatch) -> None:
     real_run = anyio.run
 
     def on_virtual_time(fn: Any, *args: Any) -> Any:
@@ -39,11 +38,32 @@ def test_the_api_example_runs(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Ca
     monkeypatch.chdir(ROOT)
     monkeypatch.setattr(anyio, "run", on_virtual_time)
     exec(compile(example, "README.md", "exec"), {"__name__": "readme"})
+
+
+def runnable_examples() -> list[str]:
+    return [block for block in code_blocks("python") if "anyio.run(main)" in block]
+
+
+def test_every_complete_example_is_run_here() -> None:
+    assert len(runnable_examples()) == 2
+
+
+def test_the_api_example_runs(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    run_example(runnable_examples()[0], monkeypatch)
     out = capsys.readouterr().out
     assert "['SFO-JFK 08:15', 'SFO-JFK 17:40']" in out
     assert "Tool succeeded on retry 3 (flight_search)" in out
     assert "invalid_parameters - exception class ValueError means invalid_parameters" in out
     assert "True 1" in out
+
+
+def test_the_turns_example_runs(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    run_example(runnable_examples()[1], monkeypatch)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "Completed flight search, hotel search, compare prices and create itinerary."
+    assert [line.split()[:2] for line in lines[1:]] == [
+        ["flights", "succeeded"], ["hotels", "succeeded"], ["compare", "succeeded"], ["book", "succeeded"],
+    ]  # fmt: skip
 
 
 def test_event_vocabulary_table_is_generated_from_the_code() -> None:

@@ -61,6 +61,18 @@ async def hang() -> None:
     await anyio.sleep_forever()
 
 
+def after(seconds: float, outcome: Any) -> Any:
+    """A script step that runs ``seconds`` and then raises or returns ``outcome``."""
+
+    async def step() -> Any:
+        await anyio.sleep(seconds)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    return step
+
+
 def make_engine(*manifests: ToolManifest, seed: int = 7, **kwargs: Any) -> Engine:
     return Engine(manifests, rng=random.Random(seed), wall_clock=lambda: WALL, **kwargs)
 

@@ -444,5 +444,5 @@ async def test_a_service_that_fails_to_start_leaves_nothing_running(tmp_path: Pa
     with pytest.raises(FileNotFoundError):
         async with engine:
             pass
-    assert not engine._timeouts.running
+    assert not engine.timeouts.running
     assert await engine.call("svc") == "ok", "the engine still works without its services"

@@ -22,8 +22,8 @@ from engine.events import ManifestLoaded, ManifestRejected, ManifestRemoved
 from engine.kinds import ErrorClass
 from engine.manifest import (
     DEFAULTS_FILE,
+    ConfigIssue,
     ManifestError,
-    ManifestIssue,
     ManifestRegistry,
     SideEffect,
     ToolManifest,
@@ -352,7 +352,7 @@ def test_invalid_tool_file_error_names_file_field_and_line(
     assert_one_line(message)
     assert message.startswith(f"{path}:{line}: {field}: "), message
     assert fragment in message
-    assert error.issues[0] == ManifestIssue(str(path), line, field, error.issues[0].message)
+    assert error.issues[0] == ConfigIssue(str(path), line, field, error.issues[0].message)
 
 
 FILE_ERRORS = [
@@ -483,8 +483,8 @@ def test_line_breaks_in_keys_never_break_the_one_line_error(tmp_path: Path) -> N
 
 
 def test_manifest_issue_without_line_or_field() -> None:
-    assert str(ManifestIssue("a.yaml", None, "", "not UTF-8 text")) == "a.yaml: not UTF-8 text"
-    assert str(ManifestIssue("a.yaml", 2, "tool.id", "required")) == "a.yaml:2: tool.id: required"
+    assert str(ConfigIssue("a.yaml", None, "", "not UTF-8 text")) == "a.yaml: not UTF-8 text"
+    assert str(ConfigIssue("a.yaml", 2, "tool.id", "required")) == "a.yaml:2: tool.id: required"
     assert str(ManifestError([])) == "invalid manifest"
 
 

@@ -456,3 +456,13 @@ def test_stats_are_frozen() -> None:
         stats.life.calls = 3  # type: ignore[misc]
     with pytest.raises(AttributeError):
         stats.rate_per_s = 1.0  # type: ignore[misc]
+
+
+def test_partial_success_counts_as_a_success_without_a_second_latency_sample() -> None:
+    m = ToolMetrics("t")
+    m.on_call(0.0)
+    m.on_attempt_failed(0.0, 0.05, transient=True, timed_out=False)
+    m.on_partial_success(0.0)
+    life = m.snapshot(0.5).life
+    assert (life.successes, life.failures, life.error_count) == (1, 0, 1)
+    assert life.p50_ms == pytest.approx(50, rel=0.03), "only the failed attempt's latency is a sample"

@@ -21,23 +21,11 @@ from engine import (
     ToolManifest,
 )
 from engine.turns import CallStatus, ToolCall, Turn
-from tests.engine.conftest import Scripted, hang, make_engine
+from tests.engine.conftest import Scripted, after, hang, make_engine
 
 pytestmark = pytest.mark.anyio
 
 LONG_BUDGET = RetryPolicy(max_total_time_ms=600_000)
-
-
-def after(seconds: float, outcome: Any) -> Any:
-    """A script step that runs ``seconds`` and then raises or returns ``outcome``."""
-
-    async def step() -> Any:
-        await anyio.sleep(seconds)
-        if isinstance(outcome, BaseException):
-            raise outcome
-        return outcome
-
-    return step
 
 
 # --- §4 timeouts ---------------------------------------------------------------------------
@@ -68,7 +56,11 @@ async def test_4_2_per_turn_timeout_collects_partial_results() -> None:
     hotels = engine.register("hotel_search", Scripted(hang))
     activities = engine.register("activity_search", Scripted(hang))
     turn = Turn(
-        [ToolCall("flights", "flight_search"), ToolCall("hotels", "hotel_search"), ToolCall("tours", "activity_search")],
+        [
+            ToolCall("flights", "flight_search"),
+            ToolCall("hotels", "hotel_search"),
+            ToolCall("tours", "activity_search"),
+        ],
         deadline_s=300,
     )
     start = anyio.current_time()
@@ -146,14 +138,20 @@ async def test_5_2_optional_tools_skipped_required_tools_escalate() -> None:
     result = await engine.run_turn(turn)
     assert result.outcomes["B"].status is CallStatus.SKIPPED
     assert result.outcomes["C"].status is CallStatus.ESCALATED
-    assert "Required tool skipped due to dependency failure: create_itinerary" in " ".join(result.trace.messages())
+    assert "Required tool skipped due to dependency failure: create_itinerary" in " ".join(
+        result.trace.messages()
+    )
     assert [o.call_id for o in result.escalations] == ["A", "C"]
 
 
 async def test_5_3_default_values_used_when_available() -> None:
     compare = Scripted("compared")
-    engine = travel_engine(flight_search=Scripted(ValueError("Invalid airport code: XYZ")), compare_prices=compare)
-    turn = Turn([ToolCall("A", "flight_search"), ToolCall("B", "compare_prices", depends_on=("A",), default=[])])
+    engine = travel_engine(
+        flight_search=Scripted(ValueError("Invalid airport code: XYZ")), compare_prices=compare
+    )
+    turn = Turn(
+        [ToolCall("A", "flight_search"), ToolCall("B", "compare_prices", depends_on=("A",), default=[])]
+    )
     result = await engine.run_turn(turn)
     assert compare.args == [{"A": []}], "B executes with the default value in place of A's output"
     assert result.outcomes["B"].status is CallStatus.SUCCEEDED
@@ -164,7 +162,9 @@ async def test_5_3_default_values_used_when_available() -> None:
 
 async def test_5_4_independent_tools_continue_despite_failures() -> None:
     engine = travel_engine(flight_search=Scripted(ValueError("Invalid airport code: XYZ")))
-    turn = Turn([ToolCall("A", "flight_search"), ToolCall("B", "hotel_search"), ToolCall("C", "activity_search")])
+    turn = Turn(
+        [ToolCall("A", "flight_search"), ToolCall("B", "hotel_search"), ToolCall("C", "activity_search")]
+    )
     result = await engine.run_turn(turn)
     assert result.outcomes["A"].status is CallStatus.FAILED
     assert result.results == {"B": "hotel_search result", "C": "activity_search result"}
@@ -179,11 +179,15 @@ async def test_6_1_error_handler_receives_error_notifications() -> None:
     def handler(failure: FailureContext) -> None:
         seen.append(failure)  # returning None defers to the default decision
 
-    engine = make_engine(ToolManifest(id="flight_search", alternatives=("flight_search_backup",)), handler=handler)
+    engine = make_engine(
+        ToolManifest(id="flight_search", alternatives=("flight_search_backup",)), handler=handler
+    )
     engine.register("flight_search", Scripted(TimeoutError("Connection timeout"), "ok"))
     engine.register("flight_search_backup", Scripted("backup"))
     engine.register("compare_prices", Scripted("compared"))
-    turn = Turn([ToolCall("f", "flight_search"), ToolCall("c", "compare_prices", depends_on=("f",))], deadline_s=60)
+    turn = Turn(
+        [ToolCall("f", "flight_search"), ToolCall("c", "compare_prices", depends_on=("f",))], deadline_s=60
+    )
     await engine.run_turn(turn)
     (failure,) = seen
     assert failure.message == "Connection timeout"
@@ -245,7 +249,9 @@ async def test_6_6_turn_trace_records_all_error_handling_decisions() -> None:
     engine.register("flight_search_backup", Scripted("backup"))
     engine.register("hotel_search", Scripted(ValueError("Invalid city")))
     engine.register("activity_search", Scripted(ConnectionResetError(), "tours"))
-    turn = Turn([ToolCall("f", "flight_search"), ToolCall("h", "hotel_search"), ToolCall("a", "activity_search")])
+    turn = Turn(
+        [ToolCall("f", "flight_search"), ToolCall("h", "hotel_search"), ToolCall("a", "activity_search")]
+    )
     result = await engine.run_turn(turn)
     errors = [e.to_dict() for e in result.trace.of("ToolError")]
     required = {"event_type", "tool_id", "error", "classification", "circuit_breaker_state", "retry_count",
@@ -299,10 +305,14 @@ async def test_7_4_per_turn_timeout_during_retry() -> None:
 async def test_handler_decision_can_route_to_an_alternative() -> None:
     def prefer_backup(failure: FailureContext) -> HandlerDecision | None:
         if failure.alternatives:
-            return HandlerDecision(Decision.ALTERNATIVE, "backup is cheaper", alternative=failure.alternatives[0])
+            return HandlerDecision(
+                Decision.ALTERNATIVE, "backup is cheaper", alternative=failure.alternatives[0]
+            )
         return None
 
-    engine = make_engine(ToolManifest(id="flight_search", alternatives=("flight_search_backup",)), handler=prefer_backup)
+    engine = make_engine(
+        ToolManifest(id="flight_search", alternatives=("flight_search_backup",)), handler=prefer_backup
+    )
     engine.register("flight_search", Scripted(TimeoutError()))
     engine.register("flight_search_backup", Scripted("backup"))
     result = await engine.run_turn(Turn([ToolCall("f", "flight_search")]))

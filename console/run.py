@@ -1,0 +1,145 @@
+"""``tripwire run``: a scenario of turns against the bundled tools, with a Rich report."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import trio.testing
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from engine.clock import VirtualWallClock
+from engine.demo import demo_engine
+from engine.engine import Engine
+from engine.metrics import ToolStats
+from engine.scenario import Scenario, load_scenario, run_scenario
+from engine.turns import CallStatus, TurnResult
+
+VIRTUAL_EPOCH = 1_762_338_645.0
+"""2025-11-05T10:30:45Z: wall-clock stamps on a virtual clock start here."""
+
+STATUS_STYLE = {
+    CallStatus.SUCCEEDED: "green",
+    CallStatus.PARTIAL: "yellow",
+    CallStatus.FAILED: "red",
+    CallStatus.SKIPPED: "dim",
+    CallStatus.ESCALATED: "magenta",
+    CallStatus.TIMED_OUT: "dark_orange",
+    CallStatus.CANCELED: "dim",
+}
+
+
+def turn_table(result: TurnResult, offset_s: float) -> Table:
+    table = Table(
+        title=f"[bold]{result.turn_id}[/]  +{offset_s:.3f}s  {result.summary}",
+        title_justify="left",
+        expand=False,
+    )
+    for column in ("call", "tool", "outcome", "attempts", "reason"):
+        table.add_column(column, overflow="fold")
+    for outcome in result.outcomes.values():
+        style = STATUS_STYLE[outcome.status]
+        tool = outcome.tool_id if not outcome.served_by else f"{outcome.tool_id} → {outcome.served_by}"
+        reason = outcome.reason if not outcome.ok or outcome.used_default or outcome.served_by else ""
+        table.add_row(outcome.call_id, tool, Text(outcome.label, style=style), str(outcome.attempts), reason)
+    return table
+
+
+def metrics_table(engine: Engine, stats: dict[str, ToolStats]) -> Table:
+    table = Table(title="[bold]per-tool metrics[/] (engine lifetime)", title_justify="left")
+    columns = ("tool", "calls", "ok", "failed", "rejected", "skipped", "errors", "timeouts", "retries",
+               "retry ok", "opens", "state", "p50 ms", "p95 ms", "p99 ms")  # fmt: skip
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("tool", "state") else "right")
+    for tool, tool_stats in stats.items():
+        life = tool_stats.life
+        rate = "—" if life.retry_success_rate is None else f"{life.retry_success_rate:.0%}"
+        counts = (life.calls, life.successes, life.failures, life.rejections, life.skipped, life.error_count,
+                  life.timeout_count, life.retry_count)  # fmt: skip
+        latencies = (_ms(life.p50_ms), _ms(life.p95_ms), _ms(life.p99_ms))
+        state = str(engine.breaker(tool).state)
+        table.add_row(tool, *map(str, counts), rate, str(life.circuit_breaker_opens), state, *latencies)
+    return table
+
+
+def _ms(value: float | None) -> str:
+    return "—" if value is None else f"{value:.1f}"
+
+
+def report(
+    scenario: Scenario, results: list[TurnResult], engine: Engine, stats: dict[str, ToolStats]
+) -> dict[str, Any]:
+    """The run as JSON-safe data (``--json``)."""
+    return {
+        "scenario": scenario.name,
+        "turns": [
+            {
+                "turn_id": r.turn_id,
+                "summary": r.summary,
+                "timed_out": r.timed_out,
+                "executed": r.executed,
+                "outcomes": {
+                    cid: {
+                        "tool": o.tool_id,
+                        "status": str(o.status),
+                        "label": o.label,
+                        "attempts": o.attempts,
+                        "served_by": o.served_by,
+                        "used_default": o.used_default,
+                        "decision": o.decision,
+                        "reason": o.reason,
+                    }
+                    for cid, o in r.outcomes.items()
+                },
+            }
+            for r in results
+        ],
+        "metrics": {tool: tool_stats.to_dict() for tool, tool_stats in stats.items()},
+        "faults": dict(engine.faults.counters) if engine.faults is not None else {},
+    }
+
+
+def run_command(
+    scenario_path: Path, manifests: Path, *, real_time: bool, as_json: bool, console: Console
+) -> int:
+    scenario = load_scenario(scenario_path)
+    # On the virtual clock, wall-clock stamps follow it from a fixed epoch: runs are identical.
+    wall = time.time if real_time else VirtualWallClock(VIRTUAL_EPOCH)
+    engine = demo_engine(manifests, faults=scenario.faults, seed=scenario.spec.seed, wall_clock=wall)
+    scenario.check(engine.tools)  # before anything runs or prints
+
+    async def main() -> tuple[list[TurnResult], dict[str, ToolStats]]:
+        start = anyio.current_time()
+
+        def show(result: TurnResult) -> None:
+            if not as_json:
+                console.print(turn_table(result, anyio.current_time() - start))
+
+        async with engine:
+            results = await run_scenario(engine, scenario, on_turn=show)
+        return results, engine.stats()
+
+    if not as_json:
+        clock = "real time" if real_time else "virtual time"
+        console.print(f"[bold]{scenario.name}[/] — {len(scenario.spec.turns)} turns, {clock}")
+    try:
+        if real_time:
+            results, stats = anyio.run(main)
+        else:
+            mock = trio.testing.MockClock(autojump_threshold=0)
+            results, stats = anyio.run(main, backend="trio", backend_options={"clock": mock})
+    finally:
+        engine.close()
+    if as_json:
+        console.print_json(json.dumps(report(scenario, results, engine, stats), default=str))
+    else:
+        console.print(metrics_table(engine, stats))
+        if engine.faults is not None and engine.faults.counters:
+            fired = ", ".join(f"{kind} ×{n}" for kind, n in sorted(engine.faults.counters.items()))
+            console.print(f"[dim]injected faults: {fired}[/]")
+    return 0

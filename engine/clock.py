@@ -1,0 +1,49 @@
+"""Where the engine's time comes from: anyio's clock, and wall-clock stamps that can follow it."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+
+import anyio
+import anyio.lowlevel
+from anyio import CancelScope, NoEventLoopError, current_time
+
+
+def _backend() -> object:
+    return getattr(anyio.lowlevel.current_token(), "backend_class", None)
+
+
+def backend_clock() -> Callable[[], float]:
+    """The running backend's clock, looked up once instead of on every read.
+
+    ``anyio.current_time()`` finds the backend on each call; the token's ``backend_class``
+    (an ``anyio.abc.AsyncBackend``) reads the same clock at half the cost.
+    """
+    clock = getattr(_backend(), "current_time", None)
+    return clock if callable(clock) else current_time
+
+
+def backend_cancel_scope() -> Callable[[], CancelScope]:
+    """The running backend's cancel-scope factory, looked up once (like :func:`backend_clock`)."""
+    factory = getattr(_backend(), "create_cancel_scope", None)
+    return factory if callable(factory) else CancelScope
+
+
+class VirtualWallClock:
+    """Wall-clock stamps that follow the event loop's (possibly virtual) clock from ``epoch``.
+
+    On trio's ``MockClock`` this makes every stamp reproducible; outside a running loop it
+    reads ``epoch`` plus the last engine time it saw.
+    """
+
+    __slots__ = ("_last", "epoch")
+
+    def __init__(self, epoch: float) -> None:
+        self.epoch = epoch
+        self._last = 0.0
+
+    def __call__(self) -> float:
+        with contextlib.suppress(NoEventLoopError):  # outside a loop: the last time seen
+            self._last = current_time()
+        return self.epoch + self._last

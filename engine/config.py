@@ -1,0 +1,193 @@
+"""YAML configuration files (manifests, fault plans, scenarios) with one-line errors.
+
+Files are parsed with a hardened ``SafeLoader`` while recording the line of every key and
+list item, so a pydantic error at ``tool.retry_policy.max_attempts`` is reported as
+``manifests/x.yaml:7: tool.retry_policy.max_attempts: Input should be …`` — file, line,
+field — on one line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+FieldPath = tuple[str | int, ...]
+Model = TypeVar("Model", bound=BaseModel)
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigIssue:
+    path: str
+    line: int | None
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.path}:{self.line}" if self.line else self.path
+        what = f"{self.field}: {self.message}" if self.field else self.message
+        return one_line(f"{where}: {what}")
+
+
+def one_line(text: str) -> str:
+    """Keys and YAML messages may hold line breaks; an issue is always shown on one line."""
+    return "\\n".join(text.splitlines())
+
+
+class ConfigError(Exception):
+    """One or more problems in a configuration file; ``str()`` is the first, on one line."""
+
+    what = "configuration"
+
+    def __init__(self, issues: Iterable[ConfigIssue]) -> None:
+        self.issues = tuple(issues)
+        first = str(self.issues[0]) if self.issues else f"invalid {self.what}"
+        more = f" (and {len(self.issues) - 1} more)" if len(self.issues) > 1 else ""
+        super().__init__(first + more)
+
+
+_MAX_FLOW_DEPTH = 100
+"""``[[[[…`` deeper than this is an error: PyYAML's scanner slows to ~1 s on thousands."""
+
+
+class _SafeLoader(yaml.SafeLoader):
+    """A ``SafeLoader`` that reports bad values (``!!int abc``, month 13) as YAML errors."""
+
+    def fetch_flow_collection_start(self, TokenClass: Any) -> None:
+        if self.flow_level >= _MAX_FLOW_DEPTH:
+            raise yaml.scanner.ScannerError(
+                None, None, f"nested deeper than {_MAX_FLOW_DEPTH} levels", self.get_mark()
+            )
+        super().fetch_flow_collection_start(TokenClass)
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep)
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"invalid {node.tag.rsplit(':', 1)[-1]} value: {exc}", node.start_mark
+            ) from None
+
+
+def load_yaml(
+    text: str, path: str, error: type[ConfigError] = ConfigError
+) -> tuple[Any, dict[FieldPath, int]]:
+    """Parse ``text`` safely; return the data and the line of every key and item."""
+    loader: _SafeLoader | None = None
+    try:
+        loader = _SafeLoader(text)  # checks for unprintable characters already
+        node = loader.get_single_node()
+        if node is None:
+            return None, {}
+        lines: dict[FieldPath, int] = {}
+        _index_lines(node, (), lines, path, set(), error)
+        return loader.construct_document(node), lines
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark else None
+        problem = exc.problem or exc.context or "invalid YAML"
+        raise error([ConfigIssue(path, line, "", f"YAML syntax error: {problem}")]) from None
+    except yaml.reader.ReaderError as exc:
+        line = text.count("\n", 0, exc.position) + 1 if isinstance(exc.position, int) else None
+        problem = f"unacceptable character #x{exc.character:04x}: {exc.reason}"
+        raise error([ConfigIssue(path, line, "", f"YAML error: {problem}")]) from None
+    except yaml.YAMLError as exc:
+        raise error([ConfigIssue(path, None, "", f"YAML error: {exc}")]) from None
+    except RecursionError:
+        raise error([ConfigIssue(path, None, "", "YAML error: nested too deeply")]) from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+
+
+def _index_lines(
+    node: yaml.Node,
+    at: FieldPath,
+    lines: dict[FieldPath, int],
+    path: str,
+    seen_nodes: set[int],
+    error: type[ConfigError],
+) -> None:
+    lines.setdefault(at, node.start_mark.line + 1)
+    if id(node) in seen_nodes:
+        return  # an alias: indexed where its anchor is (recursive or "billion laughs" YAML)
+    seen_nodes.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[str, int] = {}
+        for key_node, value_node in node.value:
+            key = str(key_node.value)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                field_path = ".".join(str(p) for p in (*at, key))
+                raise error(
+                    [ConfigIssue(path, line, field_path, f"duplicate key (first on line {seen[key]})")]
+                )
+            seen[key] = line
+            lines[(*at, key)] = line
+            _index_lines(value_node, (*at, key), lines, path, seen_nodes, error)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _index_lines(item, (*at, i), lines, path, seen_nodes, error)
+
+
+def issues_from(exc: ValidationError, path: str, lines: Mapping[FieldPath, int]) -> list[ConfigIssue]:
+    """pydantic's errors as one-line issues, each at the line of the nearest field that exists."""
+    issues = []
+    for err in exc.errors():
+        loc = tuple(p for p in err["loc"] if isinstance(p, str | int))
+        line = None
+        for depth in range(len(loc), -1, -1):
+            if (line := lines.get(loc[:depth])) is not None:
+                break
+        message = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            message = "unknown key"
+        elif err["type"] == "missing":
+            message = "required"
+        issues.append(ConfigIssue(path, line, ".".join(str(p) for p in loc), message))
+    return issues
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedYaml:
+    raw: dict[str, Any]
+    lines: dict[FieldPath, int]
+    digest: str
+    """First 12 hex digits of the file's SHA-256."""
+    path: str
+
+    def validate(self, model: type[Model], error: type[ConfigError] = ConfigError) -> Model:
+        try:
+            return model.model_validate(self.raw)
+        except ValidationError as exc:
+            raise error(issues_from(exc, self.path, self.lines)) from None
+
+
+def read_yaml(path: Path, top_key: str, error: type[ConfigError] = ConfigError) -> ParsedYaml:
+    """Read a UTF-8 YAML file whose top level must be a mapping with ``top_key``."""
+    shown = str(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise error([ConfigIssue(shown, None, "", f"cannot read: {exc.strerror}")]) from None
+    return parse_yaml(data, shown, top_key, error)
+
+
+def parse_yaml(data: bytes, shown: str, top_key: str, error: type[ConfigError] = ConfigError) -> ParsedYaml:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise error(
+            [ConfigIssue(shown, line, "", f"not UTF-8 text (byte 0x{data[exc.start]:02x})")]
+        ) from None
+    raw, lines = load_yaml(text, shown, error)
+    if not isinstance(raw, dict) or top_key not in raw:
+        found = f"found {sorted(map(str, raw))}" if isinstance(raw, dict) else "found no mapping"
+        raise error([ConfigIssue(shown, 1, "", f"expected a top-level '{top_key}:' mapping ({found})")])
+    return ParsedYaml(raw, lines, hashlib.sha256(data).hexdigest()[:12], shown)

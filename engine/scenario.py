@@ -1,0 +1,159 @@
+"""Scenarios: a YAML script of turns, optionally with a fault plan, for headless runs.
+
+```yaml
+scenario:
+  name: travel agent demo
+  seed: 2025                 # jitter and chaos: the same seed gives the same run
+  faults: faults.yaml        # a fault plan, relative to this file (optional)
+  turns:
+    - id: plan-trip
+      after_ms: 0            # pause before this turn starts
+      deadline_ms: 60000     # the turn's deadline
+      calls:
+        - {id: flights, tool: flight_search, args: {origin: SFO, destination: JFK}}
+        - {id: hotels, tool: hotel_search, args: {city: New York}}
+        - id: compare
+          tool: compare_prices
+          depends_on: [flights, hotels]
+          default: []        # used in place of a failed dependency's output
+          optional: true     # skipped (not escalated) when a dependency fails
+```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from pydantic import BaseModel, ConfigDict, Field
+
+from engine.config import ConfigError, ConfigIssue, read_yaml
+from engine.faults import FaultPlan, FaultPlanError, load_fault_plan
+from engine.handler import MISSING
+from engine.turns import ToolCall, Turn, TurnError, validate
+
+if TYPE_CHECKING:
+    from engine.engine import Engine
+    from engine.turns import TurnResult
+
+
+class ScenarioError(ConfigError):
+    what = "scenario"
+
+
+class CallSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(min_length=1)
+    tool: str = Field(min_length=1)
+    args: dict[str, Any] = Field(default_factory=dict)
+    depends_on: list[str] = Field(default_factory=list)
+    optional: bool = False
+    default: Any = None
+    inputs: dict[str, str] | None = None
+
+    def to_call(self) -> ToolCall:
+        default = self.default if "default" in self.model_fields_set else MISSING
+        return ToolCall(
+            self.id, self.tool, self.args, tuple(self.depends_on), self.optional, default, self.inputs
+        )
+
+
+class TurnSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(min_length=1)
+    after_ms: float = Field(default=0.0, ge=0)
+    deadline_ms: float | None = Field(default=300_000.0, gt=0)
+    calls: list[CallSpec] = Field(min_length=1)
+
+    def to_turn(self) -> Turn:
+        deadline = self.deadline_ms / 1000.0 if self.deadline_ms is not None else None
+        return Turn(tuple(c.to_call() for c in self.calls), self.id, deadline)
+
+
+class ScenarioSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = ""
+    seed: int = 0
+    faults: str | None = None
+    turns: list[TurnSpec] = Field(min_length=1)
+
+
+class _ScenarioFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    scenario: ScenarioSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    spec: ScenarioSpec
+    path: Path
+    faults: FaultPlan | None
+    lines: dict[tuple[str | int, ...], int]
+
+    @property
+    def name(self) -> str:
+        return self.spec.name or self.path.stem
+
+    def turns(self) -> list[Turn]:
+        return [t.to_turn() for t in self.spec.turns]
+
+    def check(self, tools: Iterable[str]) -> None:
+        """Every turn must be runnable with ``tools``; problems name the file and the turn's line."""
+        known = list(tools)
+        issues = []
+        for index, spec in enumerate(self.spec.turns):
+            try:
+                validate(spec.to_turn(), known)
+            except TurnError as exc:
+                line = self.lines.get(("scenario", "turns", index))
+                field = f"scenario.turns.{index}"
+                issues += [ConfigIssue(str(self.path), line, field, p) for p in exc.problems]
+        if issues:
+            raise ScenarioError(issues)
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Load a scenario and its fault plan; raises :class:`ScenarioError` or ``FaultPlanError``."""
+    path = Path(path)
+    parsed = read_yaml(path, "scenario", ScenarioError)
+    spec = parsed.validate(_ScenarioFile, ScenarioError).scenario
+    faults = None
+    if spec.faults is not None:
+        plan_path = (path.parent / spec.faults).resolve()
+        if not plan_path.is_file():
+            line = parsed.lines.get(("scenario", "faults"))
+            raise ScenarioError(
+                [ConfigIssue(str(path), line, "scenario.faults", f"no such file: {spec.faults}")]
+            )
+        faults = load_fault_plan(plan_path)
+    return Scenario(spec, path, faults, parsed.lines)
+
+
+async def run_scenario(
+    engine: Engine,
+    scenario: Scenario,
+    *,
+    on_turn: Callable[[TurnResult], Awaitable[None] | None] | None = None,
+) -> list[TurnResult]:
+    """Run the scenario's turns in order on ``engine``, pausing ``after_ms`` before each."""
+    scenario.check(engine.tools)
+    results = []
+    for spec, turn in zip(scenario.spec.turns, scenario.turns(), strict=True):
+        if spec.after_ms:
+            await anyio.sleep(spec.after_ms / 1000.0)
+        result = await engine.run_turn(turn)
+        results.append(result)
+        if on_turn is not None:
+            maybe = on_turn(result)
+            if maybe is not None:
+                await maybe
+    return results
+
+
+__all__ = ["FaultPlanError", "Scenario", "ScenarioError", "ScenarioSpec", "load_scenario", "run_scenario"]

@@ -1,0 +1,100 @@
+"""The tripwire command: headless runs, the bundled demo scenario, one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from console.cli import main
+
+ROOT = Path(__file__).parents[2]
+DEMO = ROOT / "manifests" / "demo" / "scenario.yaml"
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
+    assert main([*argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_the_demo_scenario_reaches_every_outcome(capsys: pytest.CaptureFixture[str]) -> None:
+    report = run_json(capsys, "run", str(DEMO), "--manifests", str(ROOT / "manifests"))
+    labels = {o["label"] for turn in report["turns"] for o in turn["outcomes"].values()}
+    every = {
+        "succeeded",
+        "failed",
+        "skipped",
+        "escalated",
+        "defaulted",
+        "alternative used",
+        "timed out",
+        "partial",
+    }
+    assert labels >= every
+    turns = {t["turn_id"]: t for t in report["turns"]}
+    assert turns["plan-trip"]["outcomes"]["flights"]["attempts"] == 3, "retried until it succeeded"
+    assert "not re-sent" in turns["flights-down"]["outcomes"]["book"]["reason"]
+    assert turns["tight-deadline"]["timed_out"]
+    assert report["metrics"]["flight_search"]["life"]["circuit_breaker_opens"] == 1
+    assert report["metrics"]["flight_search"]["life"]["rejections"] >= 1
+    assert set(report["faults"]) >= {"connection_reset", "http_error", "timeout", "partial_response"}
+
+
+def test_runs_are_identical_on_the_virtual_clock(capsys: pytest.CaptureFixture[str]) -> None:
+    first = run_json(capsys, "demo", "--manifests", str(ROOT / "manifests"))
+    second = run_json(capsys, "demo", "--manifests", str(ROOT / "manifests"))
+    assert first == second
+
+
+def test_the_human_report_has_summaries_and_metrics(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--manifests", str(ROOT / "manifests")]) == 0
+    out = capsys.readouterr().out
+    assert "Completed hotel search, but activity search and create itinerary timed out." in out.replace(
+        "\n", " "
+    )
+    assert "per-tool metrics" in out
+    assert "injected faults:" in out
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (None, "cannot read: No such file or directory"),
+        ("scenario:\n  turns:\n    - id: x\n      calls:\n        - {id: a, tool: nope}\n",
+         ":3: scenario.turns.0: turn x: call 'a' uses unknown tool 'nope'"),
+        ("scenario:\n  turns:\n    - id: x\n      calls: [{id: a, tool: hotel_search}]\n      bogus: 1\n",
+         ":5: scenario.turns.0.bogus: unknown key"),
+        ("scenario:\n  faults: missing.yaml\n  turns: [{id: x, calls: [{id: a, tool: hotel_search}]}]\n",
+         ":2: scenario.faults: no such file: missing.yaml"),
+        ("scenario: [\n", "YAML syntax error"),
+    ],
+)  # fmt: skip
+def test_bad_input_is_one_line_on_stderr_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | None, expected: str
+) -> None:
+    path = tmp_path / "scenario.yaml"
+    if content is not None:
+        path.write_text(content)
+    assert main(["run", str(path), "--manifests", str(ROOT / "manifests")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    (line,) = captured.err.splitlines()
+    assert line.startswith(f"tripwire: {path}")
+    assert expected in line
+
+
+def test_a_broken_manifest_directory_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "x.yaml").write_text("tool:\n  id: x\n  timeout_ms: fast\n")
+    assert main(["run", str(DEMO), "--manifests", str(tmp_path)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    problem = "tool.timeout_ms: Input should be a valid number, unable to parse string as a number"
+    assert line == f"tripwire: {tmp_path / 'x.yaml'}:3: {problem}"
+
+
+def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert "run" in out and "demo" in out
