@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum, StrEnum
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -185,6 +186,31 @@ class CircuitBreaker:
                     f"{self.consecutive_successes} consecutive probe success"
                     f"{'es' if self.consecutive_successes > 1 else ''}",
                 )
+
+    # --- snapshots -----------------------------------------------------------------------
+
+    def snapshot(self, now: float) -> dict[str, Any]:
+        """The state as data (for recordings and consoles); ``half_open_in_s`` is relative."""
+        return {
+            "state": self.state.value,
+            "consecutive_failures": self.consecutive_failures,
+            "consecutive_successes": self.consecutive_successes,
+            "half_open_in_s": max(self.half_open_at - now, 0.0) if self.half_open_at is not None else None,
+            "opens": self.opens,
+        }
+
+    def restore(self, snapshot: dict[str, Any], now: float) -> None:
+        """Put the breaker back in a recorded state (replay); no transition is announced."""
+        self.state = BreakerState(snapshot["state"])
+        self.consecutive_failures = int(snapshot.get("consecutive_failures") or 0)
+        self.consecutive_successes = int(snapshot.get("consecutive_successes") or 0)
+        self.opens = int(snapshot.get("opens") or 0)
+        half_open_in = snapshot.get("half_open_in_s")
+        self.half_open_at = now + float(half_open_in) if half_open_in is not None else None
+        self.opened_at = now if self.state in (BreakerState.OPEN, BreakerState.FORCED_OPEN) else None
+        self.probe_in_flight = False
+        self.generation += 1
+        self._permit = Permit(self.generation, probe=False)
 
     # --- operator controls -------------------------------------------------------------
 

@@ -188,6 +188,8 @@ def _cause_chain(error: BaseException) -> Iterator[BaseException]:
 def _classify_one(exc: BaseException, now: Callable[[], float]) -> Classification:
     name = type(exc).__name__
     if isinstance(exc, ToolError):
+        if exc.classification is not None:  # classified before (a replayed failure): keep it
+            return exc.classification
         return Classification(
             exc.kind, exc.kind.default_class, _retryable(exc.kind, exc.kind.default_class),
             Rule.TOOL_ERROR, f"explicit ToolError kind {exc.kind}",

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
 import anyio
 from anyio import CancelScope, current_time
@@ -28,7 +28,7 @@ from engine.breaker import AttemptOutcome, BreakerState, CircuitBreaker, Transit
 from engine.bus import EventBus, Subscriber
 from engine.classify import Classification, Rule, classify
 from engine.clock import backend_cancel_scope, backend_clock
-from engine.errors import ToolError
+from engine.errors import ToolError, jsonable
 from engine.events import (
     AlternativeUsed,
     AttemptFailed,
@@ -65,6 +65,10 @@ log = logging.getLogger("tripwire.engine")
 
 ToolFn = Callable[..., Any]
 TOOL_ID = re.compile(TOOL_ID_PATTERN)
+
+
+class TurnRecorder(Protocol):
+    async def turn_finished(self, turn_id: str) -> None: ...
 
 
 @dataclass(slots=True)
@@ -187,6 +191,7 @@ class Engine:
         rng: random.Random | None = None,
         handler: HandlerLike | None = None,
         faults: FaultInjector | None = None,
+        record: bool = False,
         watch_debounce_ms: int = 100,
     ) -> None:
         self.wall_clock = wall_clock
@@ -199,6 +204,11 @@ class Engine:
             self.manifests = ManifestRegistry.from_manifests(manifests or (), at=wall_clock())
         self.handler = as_handler(handler)
         self.faults = faults
+        self.recorder: TurnRecorder | None = None
+        """Set by a trace recorder that makes each turn durable before ``run_turn`` returns."""
+        self.record = record
+        """Recording mode: results go into ``CallSucceeded.value`` and turns note the breakers
+        and manifests they started with, so a stored turn can be replayed."""
         self.metrics = MetricsRegistry()
         self._watch = watch
         self._watch_debounce_ms = watch_debounce_ms
@@ -351,12 +361,34 @@ class Engine:
         return await self.execute(tool_id, args)
 
     async def run_turn(
-        self, turn: Turn, *, stop: anyio.Event | None = None, handler: HandlerLike | None = None
+        self,
+        turn: Turn,
+        *,
+        stop: anyio.Event | None = None,
+        handler: HandlerLike | None = None,
+        seed: str | None = None,
     ) -> TurnResult:
-        """Run a turn's calls in dependency order; see :mod:`engine.turns`."""
+        """Run a turn's calls in dependency order; see :mod:`engine.turns`.
+
+        ``seed`` fixes the calls' jitter (a replay passes the recorded one).
+        """
         from engine.turns import TurnRunner  # turns build on the guarded call
 
-        return await TurnRunner(self, turn, stop=stop, handler=as_handler(handler)).run()
+        return await TurnRunner(self, turn, stop=stop, handler=as_handler(handler), seed=seed).run()
+
+    def starting_state(self, tool_ids: Iterable[str], now: float) -> tuple[dict[str, Any], dict[str, str]]:
+        """Breaker snapshots and manifest digests of ``tool_ids`` and their alternatives."""
+        seen: dict[str, None] = {}
+        pending = list(tool_ids)
+        while pending:
+            name = pending.pop()
+            if name in seen or name not in self._tools:
+                continue
+            seen[name] = None
+            pending += self._tools[name].manifest.alternatives
+        breakers = {name: self._tools[name].breaker.snapshot(now) for name in seen}
+        manifests = {name: self.manifests.digest(name) for name in seen}
+        return breakers, manifests
 
     def next_turn_id(self) -> str:
         return f"t{next(self._turn_ids)}"
@@ -464,6 +496,8 @@ class Engine:
                     succeeded = CallSucceeded(
                         at=self.wall_clock(), t=now, tool_id=tool_id, call_id=call_id, turn_id=turn_id,
                         attempts=attempt, latency_ms=(now - start) * 1000.0,
+                        attempt_ms=(now - attempt_start) * 1000.0,
+                        value=jsonable(value) if self.record else None,
                     )  # fmt: skip
                     if trace is not None:
                         trace.append(succeeded)
@@ -504,6 +538,7 @@ class Engine:
                         decision=decided.decision, decision_reason=decided.reason,
                         delay_ms=decided.delay_s * 1000.0 if decided.decision is Decision.RETRY else None,
                         latency_ms=(now - attempt_start) * 1000.0, fault_type=fault_type,
+                        retryable=classification.retryable, retry_after_s=classification.retry_after_s,
                     ),
                     trace,
                 )  # fmt: skip

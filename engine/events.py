@@ -122,6 +122,8 @@ class AttemptFailed(ToolEvent, event_type="ToolError"):
     delay_ms: float | None = None
     latency_ms: float = 0.0
     fault_type: str | None = None
+    retryable: bool = True
+    retry_after_s: float | None = None
 
     def describe(self) -> str:
         return (
@@ -136,7 +138,12 @@ class CallSucceeded(ToolEvent):
 
     attempts: int
     latency_ms: float
+    """From the call's start, retries included."""
     partial: bool = False
+    attempt_ms: float = 0.0
+    """The successful attempt's own duration."""
+    value: Any = None
+    """The result, JSON-safe, when the engine records (``Engine(record=True)``)."""
 
     def describe(self) -> str:
         if self.partial:
@@ -206,6 +213,14 @@ class TurnStarted(Event):
     turn_id: str
     calls: tuple[str, ...]
     deadline_ms: float | None
+    spec: dict[str, Any] | None = None
+    """The turn as data: every call's tool, args, dependencies, optional flag and default."""
+    seed: str = ""
+    """Seeds the calls' jitter: with it a replay retries exactly as the run did."""
+    breakers: dict[str, dict[str, Any]] | None = None
+    """When recording: each relevant breaker's state at the start (see ``CircuitBreaker.snapshot``)."""
+    manifests: dict[str, str] | None = None
+    """When recording: the digest of each relevant tool's manifest in force."""
 
     def describe(self) -> str:
         limit = f", deadline {self.deadline_ms / 1000:g}s" if self.deadline_ms is not None else ""
@@ -405,3 +420,40 @@ def vocabulary_markdown() -> str:
         doc = (cls.__doc__ or "").strip().splitlines()[0]
         rows.append(f"| `{name}` | `{cls.__name__}` | {doc} |")
     return "\n".join(rows)
+
+
+_DECODERS: dict[type[Event], dict[str, Any]] = {}
+
+
+def event_from_dict(data: dict[str, Any]) -> Event:
+    """Rebuild an event from :meth:`Event.to_dict` output (stored traces, replays)."""
+    cls = EVENT_TYPES[data["event_type"]]
+    converters = _DECODERS.get(cls)
+    if converters is None:
+        converters = _DECODERS[cls] = _converters(cls)
+    kwargs = {}
+    for name, convert in converters.items():
+        if name in data:
+            value = data[name]
+            kwargs[name] = convert(value) if convert is not None and value is not None else value
+    return cls(**kwargs)
+
+
+def _converters(cls: type[Event]) -> dict[str, Any]:
+    import typing
+
+    hints = typing.get_type_hints(cls)
+    out: dict[str, Any] = {}
+    for f in fields(cls):
+        hint = hints[f.name]
+        args = typing.get_args(hint)
+        options = [a for a in args if a is not type(None)] if args else [hint]
+        convert: Any = None
+        for option in options:
+            origin = typing.get_origin(option) or option
+            if isinstance(origin, type) and issubclass(origin, Enum):
+                convert = origin
+            elif origin is tuple:
+                convert = tuple
+        out[f.name] = convert
+    return out

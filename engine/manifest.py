@@ -196,6 +196,11 @@ class ManifestRegistry:
             self._fallbacks[tool_id] = fallback
         return fallback
 
+    def digest(self, tool_id: str) -> str:
+        """The digest of the policy in force for ``tool_id`` (defaults-only tools included)."""
+        entry = self.entries.get(tool_id)
+        return entry.digest if entry is not None else _digest_of(self.get(tool_id))
+
     def is_manifest_file(self, path: Path) -> bool:
         path = self._canonical(Path(path))
         return path.parent == self.directory and path.suffix in {".yaml", ".yml"}

@@ -28,6 +28,7 @@ from engine.events import (
     TurnFinished,
     TurnStarted,
 )
+from engine.errors import jsonable
 from engine.handler import MISSING, Decision, ErrorHandler
 from engine.trace import TurnTrace
 
@@ -71,6 +72,7 @@ class Turn:
     by_id: Mapping[str, ToolCall] = field(init=False, repr=False, compare=False)
     dependants: Mapping[str, tuple[str, ...]] = field(init=False, repr=False, compare=False)
     """Call id → the calls that depend on it, in turn order."""
+    _spec: dict[str, Any] | None = field(init=False, default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         calls = tuple(self.calls)
@@ -87,6 +89,48 @@ class Turn:
     @property
     def label(self) -> str:
         return f"turn {self.id}" if self.id else "turn"
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        """The turn as JSON-safe data (built once); :meth:`from_spec` rebuilds the turn."""
+        if self._spec is None:
+            object.__setattr__(self, "_spec", self._make_spec())
+        assert self._spec is not None
+        return self._spec
+
+    def _make_spec(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "deadline_s": self.deadline_s,
+            "calls": [
+                {
+                    "id": c.id,
+                    "tool": c.tool,
+                    "args": jsonable(dict(c.args)),
+                    "depends_on": list(c.depends_on),
+                    "optional": c.optional,
+                    **({"default": jsonable(c.default)} if c.default is not MISSING else {}),
+                    **({"inputs": dict(c.inputs)} if c.inputs is not None else {}),
+                }
+                for c in self.calls
+            ],
+        }
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any]) -> Turn:
+        calls = [
+            ToolCall(
+                c["id"],
+                c["tool"],
+                c.get("args") or {},
+                tuple(c.get("depends_on") or ()),
+                bool(c.get("optional", False)),
+                c["default"] if "default" in c else MISSING,
+                c.get("inputs"),
+            )
+            for c in spec["calls"]
+        ]
+        return cls(calls, spec.get("id"), spec.get("deadline_s"))
 
 
 class TurnError(ValueError):
@@ -265,6 +309,7 @@ class TurnRunner:
         *,
         stop: anyio.Event | None = None,
         handler: ErrorHandler | None = None,
+        seed: str | None = None,
     ) -> None:
         validate(turn, engine.tool_ids)  # the structure was checked when the turn was made
         self.engine = engine
@@ -280,7 +325,7 @@ class TurnRunner:
         self.turn_id = ""
         self.trace = TurnTrace("")
         self.deadline: float | None = None
-        self.seed = ""
+        self.seed = seed or ""
         self._tasks: anyio.abc.TaskGroup | None = None
 
     async def run(self) -> TurnResult:
@@ -288,13 +333,17 @@ class TurnRunner:
         self.turn_id = turn.id or engine.next_turn_id()
         self.trace = TurnTrace(self.turn_id)
         # One draw per turn seeds every call's jitter: retries never depend on task scheduling.
-        self.seed = f"{engine.rng.getrandbits(64):x}"
+        self.seed = self.seed or f"{engine.rng.getrandbits(64):x}"
         start = current_time()
         self.deadline = start + turn.deadline_s if turn.deadline_s is not None else None
+        breakers, manifests = (
+            engine.starting_state((c.tool for c in turn.calls), start) if engine.record else (None, None)
+        )
         self._publish(
             TurnStarted(
                 at=engine.wall_clock(), t=start, turn_id=self.turn_id, calls=tuple(self.calls),
                 deadline_ms=turn.deadline_s * 1000.0 if turn.deadline_s is not None else None,
+                spec=turn.spec, seed=self.seed, breakers=breakers, manifests=manifests,
             )
         )  # fmt: skip
         ready = [_Ready(c, dict(c.args)) for c in turn.calls if not c.depends_on]
@@ -340,6 +389,8 @@ class TurnRunner:
                 duration_ms=(now - start) * 1000.0,
             )
         )  # fmt: skip
+        if engine.recorder is not None:
+            await engine.recorder.turn_finished(self.turn_id)  # durable when run_turn returns
         return result
 
     async def _run_calls(self, ready: list[_Ready]) -> bool:
