@@ -294,6 +294,9 @@ class TurnFinished(Event):
     """Call id → final status, in turn order."""
     executed: int
     duration_ms: float
+    outcome: str = "ok"
+    """``ok`` (every call succeeded), ``degraded``, ``failed`` (no tool executed, seed 004),
+    ``timed_out`` (the deadline cut it) or ``canceled`` (stopped)."""
 
     def describe(self) -> str:
         return f"turn {self.turn_id} finished in {self.duration_ms:.0f} ms: {self.summary}"

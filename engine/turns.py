@@ -229,6 +229,17 @@ class TurnResult:
     def ok(self) -> bool:
         return all(o.ok for o in self.outcomes.values())
 
+    @property
+    def outcome(self) -> str:
+        """One word for the whole turn: ok, degraded, failed, timed_out or canceled."""
+        if self.canceled:
+            return "canceled"
+        if self.timed_out:
+            return "timed_out"
+        if self.failed:
+            return "failed"
+        return "ok" if self.ok else "degraded"
+
 
 def validate(turn: Turn, tools: Collection[str]) -> None:
     """Reject a turn that names tools the engine does not have, before anything runs."""
@@ -386,7 +397,7 @@ class TurnRunner:
             TurnFinished(
                 at=engine.wall_clock(), t=now, turn_id=self.turn_id, summary=summary,
                 statuses={cid: o.status.value for cid, o in outcomes.items()}, executed=result.executed,
-                duration_ms=(now - start) * 1000.0,
+                duration_ms=(now - start) * 1000.0, outcome=result.outcome,
             )
         )  # fmt: skip
         if engine.recorder is not None:
