@@ -41,6 +41,7 @@ from engine.events import (
     ToolTimedOut,
     breaker_event_type,
 )
+from engine.faults import StreamTruncateFault
 from engine.handler import (
     MISSING,
     Decision,
@@ -55,10 +56,11 @@ from engine.kinds import ErrorClass, ErrorKind
 from engine.manifest import TOOL_ID_PATTERN, ManifestRegistry, ToolManifest
 from engine.metrics import MetricsRegistry, ToolMetrics, ToolStats
 from engine.retry import RetryPlan, plan_retry
+from engine.streams import ToolStream, collect, open_stream
 from engine.timeouts import TimeoutSupervisor
 
 if TYPE_CHECKING:
-    from engine.faults import FaultInjector
+    from engine.faults import Fault, FaultInjector
     from engine.turns import Turn, TurnResult
 
 log = logging.getLogger("tripwire.engine")
@@ -137,6 +139,8 @@ class _Tool:
     name: str
     fn: ToolFn
     is_async: bool
+    """A coroutine function: awaited directly (the hot path)."""
+    is_stream: bool
     breaker: CircuitBreaker
     metrics: ToolMetrics
     manifest: ToolManifest
@@ -231,12 +235,12 @@ class Engine:
             raise ValueError(f"tool {name!r} is already registered")
         if not TOOL_ID.match(name):
             raise ValueError(f"tool name {name!r} must match {TOOL_ID.pattern}")
-        is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-            getattr(fn, "__call__", None)  # noqa: B004 - async callable objects
-        )
+        call = getattr(fn, "__call__", None)  # noqa: B004 - async callable objects count too
+        is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(call)
+        is_stream = inspect.isasyncgenfunction(fn) or inspect.isasyncgenfunction(call)
         manifest = self.manifests.get(name)
         breaker = CircuitBreaker(name, manifest.circuit_breaker, self._on_transition)
-        self._tools[name] = _Tool(name, fn, is_async, breaker, self.metrics.tool(name), manifest)
+        self._tools[name] = _Tool(name, fn, is_async, is_stream, breaker, self.metrics.tool(name), manifest)
         return fn
 
     @property
@@ -399,10 +403,16 @@ class Engine:
         args: dict[str, Any],
         ctx: CallContext | None = None,
         handler: HandlerLike | None = None,
+        *,
+        opening_stream: bool = False,
     ) -> CallResult:
-        """Run one guarded call, within a turn's :class:`CallContext` when given."""
+        """Run one guarded call, within a turn's :class:`CallContext` when given.
+
+        A streaming tool's chunks are collected into a list, unless ``opening_stream``: then
+        the result is the open stream with its first chunk (see :mod:`engine.streams`).
+        """
         if ctx is None:
-            call_id, turn_id, trace, deadline = f"c{next(self._call_ids)}", None, None, None
+            call_id, turn_id, trace, deadline = self.new_call_id(), None, None, None
         else:
             call_id, turn_id, trace, deadline = ctx.call_id, ctx.turn_id, ctx.trace, ctx.deadline
         tool = self._tools.get(tool_id)
@@ -469,12 +479,14 @@ class Engine:
             try:
                 with scope:
                     try:
-                        if fault is not None:
-                            value = await fault.run(partial(self._invoke, tool, args))
+                        if fault is not None and not (
+                            tool.is_stream and isinstance(fault, StreamTruncateFault)
+                        ):
+                            value = await fault.run(partial(self._invoke, tool, args, opening_stream))
                         elif tool.is_async:
                             value = await tool.fn(**args)
-                        else:
-                            value = await self._invoke(tool, args)
+                        else:  # plain, streaming, or a stream cut short by a stream_truncate fault
+                            value = await self._invoke(tool, args, opening_stream, fault)
                     except Exception as exc:
                         error = exc
             except BaseException:  # cancelled from outside (the turn's deadline, a stop): no evidence
@@ -556,10 +568,29 @@ class Engine:
                 return await self._conclude(run, now, attempt, error, _CIRCUIT_OPEN, shorted)
             metrics.on_retry(now)
 
-    async def _invoke(self, tool: _Tool, args: dict[str, Any]) -> Any:
+    async def _invoke(
+        self, tool: _Tool, args: dict[str, Any], opening_stream: bool = False, fault: Fault | None = None
+    ) -> Any:
+        if tool.is_stream:
+            chunks = tool.fn(**args)
+            if isinstance(fault, StreamTruncateFault):
+                chunks = fault.wrap_stream(chunks)
+            return await (open_stream(chunks) if opening_stream else collect(chunks))
         if tool.is_async:
             return await tool.fn(**args)
         return await anyio.to_thread.run_sync(partial(tool.fn, **args), abandon_on_cancel=True)
+
+    def stream(self, tool_id: str, /, **args: Any) -> ToolStream:
+        """Consume a streaming tool chunk by chunk: ``async with engine.stream(...) as chunks``."""
+        tool = self._tool(tool_id)
+        if not tool.is_stream:
+            raise TypeError(
+                f"tool {tool_id!r} is not a streaming tool (register an async generator function)"
+            )
+        return ToolStream(self, tool_id, args, CallContext(self.new_call_id()))
+
+    def new_call_id(self) -> str:
+        return f"c{next(self._call_ids)}"
 
     # --- decisions -----------------------------------------------------------------------
 

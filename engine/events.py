@@ -182,6 +182,20 @@ class CallRejected(ToolEvent):
 
 
 @dataclass(slots=True, kw_only=True)
+class StreamEnded(ToolEvent):
+    """A streaming call ended: ``completed``, ``abandoned`` by its consumer, or ``truncated``."""
+
+    outcome: str
+    chunks: int
+    error: str | None = None
+    kind: ErrorKind | None = None
+
+    def describe(self) -> str:
+        cause = f": {self.error}" if self.error else ""
+        return f"{self.tool_id} stream {self.outcome} after {self.chunks} chunk(s){cause}"
+
+
+@dataclass(slots=True, kw_only=True)
 class AlternativeUsed(ToolEvent):
     """The handler routed the call to an alternative tool ("Used alternative tool")."""
 

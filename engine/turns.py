@@ -19,6 +19,7 @@ import anyio
 from anyio import current_time
 
 from engine.engine import CallContext
+from engine.errors import jsonable
 from engine.events import (
     CallEscalated,
     CallSkipped,
@@ -28,7 +29,6 @@ from engine.events import (
     TurnFinished,
     TurnStarted,
 )
-from engine.errors import jsonable
 from engine.handler import MISSING, Decision, ErrorHandler
 from engine.trace import TurnTrace
 
@@ -125,7 +125,7 @@ class Turn:
                 c.get("args") or {},
                 tuple(c.get("depends_on") or ()),
                 bool(c.get("optional", False)),
-                c["default"] if "default" in c else MISSING,
+                c.get("default", MISSING),
                 c.get("inputs"),
             )
             for c in spec["calls"]

@@ -1,0 +1,175 @@
+"""Streaming tools: async-generator tools consumed chunk by chunk under the engine's guard.
+
+Opening a stream is a guarded call whose result is the first chunk: breaker check, timeout,
+classification, retries and alternatives all apply, and retrying is safe because nothing
+has reached the consumer yet. After that each chunk must arrive within the tool's
+``timeout_ms`` (an idle timeout: a long stream is fine, a stalled one is not). A failure
+once chunks were delivered cannot be retried without duplicating them: it is a truncated
+stream — a transient ``partial_result`` failure that counts against the breaker. A
+consumer that stops reading early is not a failure and does not count at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Self
+
+import anyio
+from anyio import CancelScope, current_time
+
+from engine.breaker import AttemptOutcome, Permit
+from engine.classify import classify
+from engine.errors import ToolError
+from engine.events import StreamEnded
+from engine.kinds import ErrorKind
+
+if TYPE_CHECKING:
+    from engine.engine import CallContext, Engine
+
+
+class _Opened:
+    """The value of a stream's opening call: the generator and its first chunk."""
+
+    __slots__ = ("first", "stream")
+
+    def __init__(self, stream: AsyncIterator[Any], first: Any) -> None:
+        self.stream = stream
+        self.first = first
+
+
+_EMPTY = object()
+
+
+async def open_stream(stream: AsyncIterator[Any]) -> _Opened:
+    """Pull the first chunk (runs inside the guarded attempt)."""
+    try:
+        first = await anext(stream)
+    except StopAsyncIteration:
+        first = _EMPTY
+    return _Opened(stream, first)
+
+
+class ToolStream:
+    """``async with engine.stream("tool", **args) as chunks: async for chunk in chunks: ...``"""
+
+    def __init__(self, engine: Engine, tool_id: str, args: dict[str, Any], ctx: CallContext | None) -> None:
+        self._engine = engine
+        self.tool_id = tool_id
+        self._args = args
+        self._ctx = ctx
+        self._stream: AsyncIterator[Any] | None = None
+        self._pending: Any = _EMPTY
+        self._served_by = tool_id
+        self._call_id = ctx.call_id if ctx is not None else ""
+        self.chunks = 0
+        self.done = False
+
+    async def __aenter__(self) -> Self:
+        await self._open()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> Any:
+        if self.done:
+            raise StopAsyncIteration
+        if self._stream is None:
+            await self._open()
+        if self._pending is not _EMPTY:
+            chunk, self._pending = self._pending, _EMPTY
+            self.chunks += 1
+            return chunk
+        assert self._stream is not None
+        manifest = self._engine.manifest(self._served_by)
+        with CancelScope(deadline=current_time() + manifest.timeout_s) as scope:
+            try:
+                chunk = await anext(self._stream)
+            except StopAsyncIteration:
+                self._end("completed")
+                raise
+            except Exception as exc:
+                raise self._truncated(exc) from exc
+        if scope.cancelled_caught:
+            raise self._truncated(TimeoutError(f"no chunk within {manifest.timeout_s:g}s"))
+        self.chunks += 1
+        return chunk
+
+    async def aclose(self) -> None:
+        """Stop early: not a failure. Closes the tool's generator."""
+        if not self.done and self._stream is not None:
+            self._end("abandoned")
+        stream, self._stream = self._stream, None
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            with CancelScope(shield=True):
+                await aclose()
+
+    async def _open(self) -> None:
+        result = await self._engine.execute(self.tool_id, self._args, self._ctx, opening_stream=True)
+        opened = result.unwrap()
+        assert isinstance(opened, _Opened)
+        self._stream, self._pending = opened.stream, opened.first
+        self._served_by = result.served_by or self.tool_id
+        if opened.first is _EMPTY:
+            self._end("completed")
+
+    def _truncated(self, error: BaseException) -> ToolError:
+        engine = self._engine
+        now = current_time()
+        classification = classify(
+            ToolError(
+                ErrorKind.PARTIAL_RESULT,
+                f"stream cut after {self.chunks} chunk(s): {error}",
+                tool_id=self._served_by,
+                original_error=error,
+            ),
+            engine.manifest(self._served_by),
+        )
+        breaker = engine.breaker(self._served_by)
+        # The stream opened fine earlier; its truncation is a transient failure now.
+        breaker.record(Permit(breaker.generation, probe=False), _outcome(classification.transient), now)
+        engine.metrics.tool(self._served_by).on_attempt_failed(
+            now, 0.0, transient=classification.transient, timed_out=isinstance(error, TimeoutError)
+        )
+        self._end("truncated", error=f"{type(error).__name__}: {error}", kind=classification.kind)
+        return ToolError(
+            classification.kind,
+            f"stream cut after {self.chunks} chunk(s): {error}",
+            tool_id=self._served_by,
+            original_error=error,
+            tool_input=self._args,
+            at=engine.wall_clock(),
+            classification=classification,
+        )
+
+    def _end(self, outcome: str, *, error: str | None = None, kind: ErrorKind | None = None) -> None:
+        self.done = True
+        engine = self._engine
+        trace = self._ctx.trace if self._ctx is not None else None
+        if trace is not None or engine.bus.active:
+            engine.publish(
+                StreamEnded(
+                    at=engine.wall_clock(), t=current_time(), tool_id=self._served_by, call_id=self._call_id,
+                    turn_id=self._ctx.turn_id if self._ctx is not None else None,
+                    outcome=outcome, chunks=self.chunks, error=error, kind=kind,
+                ),
+                trace,
+            )  # fmt: skip
+
+
+def _outcome(transient: bool) -> AttemptOutcome:
+    return AttemptOutcome.FAILED if transient else AttemptOutcome.ANSWERED
+
+
+async def collect(stream: AsyncIterator[Any]) -> list[Any]:
+    """A streaming tool called as a plain call: its chunks, as a list."""
+    chunks = [chunk async for chunk in stream]
+    await anyio.lowlevel.checkpoint()
+    return chunks
