@@ -16,6 +16,7 @@ from rich.text import Text
 from engine.clock import VirtualWallClock
 from engine.demo import demo_engine
 from engine.engine import Engine
+from engine.faults import FaultInjector
 from engine.metrics import ToolStats
 from engine.scenario import Scenario, load_scenario, run_scenario
 from engine.turns import CallStatus, TurnResult
@@ -72,7 +73,7 @@ def _ms(value: float | None) -> str:
 
 
 def report(
-    scenario: Scenario, results: list[TurnResult], engine: Engine, stats: dict[str, ToolStats]
+    scenario: Scenario, results: list[TurnResult], injector: FaultInjector | None, stats: dict[str, ToolStats]
 ) -> dict[str, Any]:
     """The run as JSON-safe data (``--json``)."""
     return {
@@ -100,7 +101,7 @@ def report(
             for r in results
         ],
         "metrics": {tool: tool_stats.to_dict() for tool, tool_stats in stats.items()},
-        "faults": dict(engine.faults.counters) if engine.faults is not None else {},
+        "faults": dict(injector.counters) if injector is not None else {},
     }
 
 
@@ -110,7 +111,8 @@ def run_command(
     scenario = load_scenario(scenario_path)
     # On the virtual clock, wall-clock stamps follow it from a fixed epoch: runs are identical.
     wall = time.time if real_time else VirtualWallClock(VIRTUAL_EPOCH)
-    engine = demo_engine(manifests, faults=scenario.faults, seed=scenario.spec.seed, wall_clock=wall)
+    injector = FaultInjector(scenario.faults) if scenario.faults is not None else None
+    engine = demo_engine(manifests, faults=injector, seed=scenario.spec.seed, wall_clock=wall)
     scenario.check(engine.tools)  # before anything runs or prints
 
     async def main() -> tuple[list[TurnResult], dict[str, ToolStats]]:
@@ -136,10 +138,10 @@ def run_command(
     finally:
         engine.close()
     if as_json:
-        console.print_json(json.dumps(report(scenario, results, engine, stats), default=str))
+        console.print_json(json.dumps(report(scenario, results, injector, stats), default=str))
     else:
         console.print(metrics_table(engine, stats))
-        if engine.faults is not None and engine.faults.counters:
-            fired = ", ".join(f"{kind} ×{n}" for kind, n in sorted(engine.faults.counters.items()))
+        if injector is not None and injector.counters:
+            fired = ", ".join(f"{kind} ×{n}" for kind, n in sorted(injector.counters.items()))
             console.print(f"[dim]injected faults: {fired}[/]")
     return 0

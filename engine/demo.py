@@ -18,7 +18,7 @@ import anyio
 
 from engine.engine import Engine
 from engine.errors import ToolError
-from engine.faults import FaultInjector, FaultPlan
+from engine.faults import FaultInjector
 from engine.kinds import ErrorKind
 
 AIRPORT_CODES = {"SFO", "JFK", "LAX", "LHR", "CDG", "NRT", "BCN", "FCO", "AMS", "SIN"}
@@ -115,16 +115,14 @@ DEMO_TOOLS: dict[str, Callable[..., Awaitable[Any]]] = {
 def demo_engine(
     manifests: str | Path,
     *,
-    faults: FaultPlan | None = None,
+    faults: FaultInjector | None = None,
     seed: int = 0,
     wall_clock: Callable[[], float] | None = None,
+    record: bool = False,
 ) -> Engine:
     """An engine with the bundled travel tools registered, and the fault plan injected."""
     engine = Engine(
-        manifests,
-        rng=random.Random(seed),
-        faults=FaultInjector(faults) if faults is not None else None,
-        wall_clock=wall_clock or time.time,
+        manifests, rng=random.Random(seed), faults=faults, wall_clock=wall_clock or time.time, record=record
     )
     for name, fn in DEMO_TOOLS.items():
         engine.register(name, fn)

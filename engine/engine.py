@@ -60,7 +60,7 @@ from engine.streams import ToolStream, collect, open_stream
 from engine.timeouts import TimeoutSupervisor
 
 if TYPE_CHECKING:
-    from engine.faults import Fault, FaultInjector
+    from engine.faults import AttemptInjector, InjectedAttempt
     from engine.turns import Turn, TurnResult
 
 log = logging.getLogger("tripwire.engine")
@@ -194,7 +194,7 @@ class Engine:
         wall_clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
         handler: HandlerLike | None = None,
-        faults: FaultInjector | None = None,
+        faults: AttemptInjector | None = None,
         record: bool = False,
         watch_debounce_ms: int = 100,
     ) -> None:
@@ -220,7 +220,10 @@ class Engine:
         self._tools: dict[str, _Tool] = {}
         self._call_ids = itertools.count(1)
         self._turn_ids = itertools.count(1)
+        # The call whose breaker operation is under way: its trace gets the transition, and the
+        # transition names it. Set only around breaker operations, which never await.
         self._trace_sink: list[Event] | None = None
+        self._cause: str | None = None
         self._timer_wakeup: anyio.Event | None = None
         self.timeouts = TimeoutSupervisor()
         self._now: Callable[[], float] = current_time
@@ -336,6 +339,7 @@ class Engine:
                 actor=tr.actor,
                 consecutive_failures=tr.consecutive_failures,
                 half_open_at=tr.half_open_at,
+                call_id=self._cause,
             ),
             self._trace_sink,
         )
@@ -426,9 +430,9 @@ class Engine:
         if trace is None:
             permit = breaker.acquire(now)
         else:  # a transition here belongs in the turn's trace too
-            self._trace_sink = trace
+            self._trace_sink, self._cause = trace, call_id
             permit = breaker.acquire(now)
-            self._trace_sink = None
+            self._trace_sink = self._cause = None
         manifest = tool.manifest  # in force for the whole call, even across reloads
         if permit is None:
             rejected = self._rejected(tool, args, ctx, call_id, turn_id, trace, now)
@@ -458,7 +462,7 @@ class Engine:
             fault = None
             if faults is not None:
                 fault = faults.pick(tool_id, call=ordinal, attempt=attempt, turn_id=turn_id, call_id=call_id)
-            fault_type = fault.fault_type if fault is not None else None
+            fault_type = None if fault is None or fault.is_ok else fault.fault_type
             if observed:
                 event = AttemptStarted(
                     at=self.wall_clock(), t=now, tool_id=tool_id, call_id=call_id, turn_id=turn_id,
@@ -500,9 +504,9 @@ class Engine:
                 if trace is None:
                     breaker.record(permit, AttemptOutcome.SUCCEEDED, now)
                 else:
-                    self._trace_sink = trace
+                    self._trace_sink, self._cause = trace, call_id
                     breaker.record(permit, AttemptOutcome.SUCCEEDED, now)
-                    self._trace_sink = None
+                    self._trace_sink = self._cause = None
                 metrics.on_success(now, now - attempt_start, retried=attempt > 1)
                 if observed:
                     succeeded = CallSucceeded(
@@ -528,9 +532,9 @@ class Engine:
                         trace,
                     )  # fmt: skip
             classification = classify(error, manifest, now=self.wall_clock)
-            self._trace_sink = trace
+            self._trace_sink, self._cause = trace, call_id
             breaker.record(permit, _outcome(classification), now)
-            self._trace_sink = None
+            self._trace_sink = self._cause = None
             metrics.on_attempt_failed(
                 now, now - attempt_start, transient=classification.transient,
                 timed_out=classification.kind is ErrorKind.TIMEOUT,
@@ -551,6 +555,7 @@ class Engine:
                         delay_ms=decided.delay_s * 1000.0 if decided.decision is Decision.RETRY else None,
                         latency_ms=(now - attempt_start) * 1000.0, fault_type=fault_type,
                         retryable=classification.retryable, retry_after_s=classification.retry_after_s,
+                        has_partial=_partial_result_of(error) is not MISSING,
                     ),
                     trace,
                 )  # fmt: skip
@@ -559,9 +564,9 @@ class Engine:
             if decided.delay_s > 0:
                 await anyio.sleep(decided.delay_s)
             now = clock()
-            self._trace_sink = trace
+            self._trace_sink, self._cause = trace, call_id
             permit = breaker.acquire(now)
-            self._trace_sink = None
+            self._trace_sink = self._cause = None
             if permit is None:
                 reason = f"retry short-circuited: {breaker.rejection_reason()}"
                 shorted = HandlerDecision(Decision.ESCALATE, reason)
@@ -569,7 +574,11 @@ class Engine:
             metrics.on_retry(now)
 
     async def _invoke(
-        self, tool: _Tool, args: dict[str, Any], opening_stream: bool = False, fault: Fault | None = None
+        self,
+        tool: _Tool,
+        args: dict[str, Any],
+        opening_stream: bool = False,
+        fault: InjectedAttempt | None = None,
     ) -> Any:
         if tool.is_stream:
             chunks = tool.fn(**args)

@@ -124,6 +124,8 @@ class AttemptFailed(ToolEvent, event_type="ToolError"):
     fault_type: str | None = None
     retryable: bool = True
     retry_after_s: float | None = None
+    has_partial: bool = False
+    """The error carried what the tool returned before failing (a partial result)."""
 
     def describe(self) -> str:
         return (
@@ -331,6 +333,8 @@ class BreakerTransitioned(Event, abstract=True):
     consecutive_failures: int
     half_open_at: float | None = None
     """Engine time at which an OPEN breaker admits a probe."""
+    call_id: str | None = None
+    """The call whose attempt caused the transition (None for timers and operators)."""
 
     def describe(self) -> str:
         by = "" if self.actor == "engine" else f" by {self.actor}"

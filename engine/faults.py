@@ -48,7 +48,7 @@ from collections.abc import AsyncGenerator, AsyncIterable, Awaitable, Callable, 
 from dataclasses import dataclass, replace
 from http import HTTPStatus
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, NoReturn, TypeVar, get_args
+from typing import Annotated, Any, ClassVar, Literal, NoReturn, Protocol, TypeVar, get_args
 
 import anyio
 from pydantic import (
@@ -912,6 +912,32 @@ class FiredFault:
             "fault_type": self.fault_type,
             "source": self.source,
         }
+
+
+class InjectedAttempt(Protocol):
+    """What an attempt does instead of (or around) the tool: a fault, or a replayed outcome."""
+
+    @property
+    def fault_type(self) -> str | None: ...
+
+    @property
+    def is_ok(self) -> bool: ...
+
+    async def run(self, invoke: Invoke) -> Any: ...
+
+
+class AttemptInjector(Protocol):
+    """Consulted by the engine before every attempt; ordinals come from the engine, never timing."""
+
+    def pick(
+        self,
+        tool_id: str,
+        *,
+        call: int,
+        attempt: int,
+        turn_id: str | None = None,
+        call_id: str | None = None,
+    ) -> InjectedAttempt | None: ...
 
 
 class FaultInjector:

@@ -1,4 +1,8 @@
-"""The turn trace (spec §8.2): every event of one turn, in the order it happened."""
+"""The turn trace (spec §8.2): every event of one turn, in time order.
+
+Events at the same instant are ordered by call (dependency depth, then turn order) rather
+than by how tasks happened to be scheduled, so the same plan and seed give the same trace.
+"""
 
 from __future__ import annotations
 

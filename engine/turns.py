@@ -22,6 +22,7 @@ from engine.engine import CallContext
 from engine.errors import jsonable
 from engine.events import (
     CallEscalated,
+    Event,
     CallSkipped,
     DefaultUsed,
     TurnCanceled,
@@ -72,6 +73,8 @@ class Turn:
     by_id: Mapping[str, ToolCall] = field(init=False, repr=False, compare=False)
     dependants: Mapping[str, tuple[str, ...]] = field(init=False, repr=False, compare=False)
     """Call id → the calls that depend on it, in turn order."""
+    ranks: Mapping[str, tuple[int, int]] = field(init=False, repr=False, compare=False)
+    """Call id → (dependency depth, position): the canonical order of simultaneous events."""
     _spec: dict[str, Any] | None = field(init=False, default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -85,6 +88,10 @@ class Turn:
                 dependants[dep].append(call.id)
         object.__setattr__(self, "by_id", {c.id: c for c in calls})
         object.__setattr__(self, "dependants", {cid: tuple(ds) for cid, ds in dependants.items()})
+        depth: dict[str, int] = {}
+        for call in calls:  # no cycles (checked above), so this terminates
+            depth[call.id] = _depth(call.id, self.by_id, depth)
+        object.__setattr__(self, "ranks", {c.id: (depth[c.id], i) for i, c in enumerate(calls)})
 
     @property
     def label(self) -> str:
@@ -278,6 +285,13 @@ def _structure_problems(turn: Turn) -> list[str]:
     return problems
 
 
+def _depth(call_id: str, by_id: Mapping[str, ToolCall], known: dict[str, int]) -> int:
+    if call_id not in known:
+        deps = by_id[call_id].depends_on
+        known[call_id] = 1 + max((_depth(d, by_id, known) for d in deps), default=-1)
+    return known[call_id]
+
+
 def _find_cycle(calls: Sequence[ToolCall]) -> list[str] | None:
     graph = {c.id: [d for d in c.depends_on if d != c.id] for c in calls}
     state: dict[str, int] = {}  # 1 visiting, 2 done
@@ -382,6 +396,7 @@ class TurnRunner:
                     unfinished=unfinished,
                 )
             )  # fmt: skip
+        self.trace.events.sort(key=self._trace_order)
         outcomes = {cid: self.outcomes[cid] for cid in self.calls}
         summary = summarize(outcomes.values())
         result = TurnResult(
@@ -403,6 +418,19 @@ class TurnRunner:
         if engine.recorder is not None:
             await engine.recorder.turn_finished(self.turn_id)  # durable when run_turn returns
         return result
+
+    def _trace_order(self, event: Event) -> tuple[float, int, int]:
+        """Time, then — for events at the same instant — the call's rank.
+
+        Task scheduling decides how simultaneous events of different calls interleave; the
+        trace does not depend on it. A call ranks by dependency depth, then turn order, so
+        a dependant never comes before what released it; a call's own events keep their order.
+        """
+        if isinstance(event, TurnStarted):
+            return (event.t, -1, 0)
+        call_id = getattr(event, "call_id", None)
+        rank = self.turn.ranks.get(call_id, (1 << 30, 0)) if call_id is not None else (1 << 30, 0)
+        return (event.t, *rank)
 
     async def _run_calls(self, ready: list[_Ready]) -> bool:
         """Run the turn's calls in one task group whose scope is the turn's deadline.
