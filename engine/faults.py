@@ -1019,6 +1019,31 @@ class FaultInjector:
             self.fired.append(FiredFault(tool_id, call, attempt, turn_id, call_id, fault.fault_type, source))
         return fault
 
+    def tool_call_fault(
+        self, tool_id: str, *, turn_id: str | None, call_id: str | None
+    ) -> ToolCallFault | None:
+        """Before a model's tool call runs: a ``tool_call_fault`` a step puts first for it.
+
+        Only ``{turn, call_id}`` and ``{tool}`` steps can say (the call has no ordinal yet).
+        A fault found is consumed, counted and recorded (as attempt 0) like any other.
+        """
+        index = self._step_for(tool_id, 0, turn_id, call_id)
+        if index == self._NO_STEP:
+            return None
+        step = self.plan.steps[index]
+        position = self._cursors[index] if step.match.level == "tool" else 0
+        if step.match.level == "call" or position >= len(step.sequence):
+            return None
+        fault = step.sequence[position]
+        if not isinstance(fault, ToolCallFault):
+            return None
+        if step.match.level == "tool":
+            self._cursors[index] = position + 1
+        self.counters[fault.fault_type] = self.counters.get(fault.fault_type, 0) + 1
+        source = f"steps[{index}].sequence[{position}]"
+        self.fired.append(FiredFault(tool_id, 0, 0, turn_id, call_id, fault.fault_type, source))
+        return fault
+
     def _step_for(self, tool_id: str, call: int, turn_id: str | None, call_id: str | None) -> int:
         if turn_id is not None and call_id is not None and self._by_call_id:
             index = self._by_call_id.get((turn_id, call_id, tool_id))

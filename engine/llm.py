@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Final
 from engine.breaker import BreakerState
 from engine.classify import classify
 from engine.errors import ToolError
+from engine.faults import FaultInjector
 from engine.handler import CALLER_FAULT_KINDS
 from engine.kinds import ErrorKind
 from engine.turns import CallOutcome, CallStatus, ToolCall, Turn, TurnResult
@@ -552,7 +553,8 @@ class ToolCallExecutor:
 
     async def run(self, calls: Iterable[LLMToolCall], *, stop: anyio.Event | None = None) -> ToolBatch:
         """Refuse what cannot run, run the rest as one turn, and answer every call in order."""
-        calls = list(calls)
+        turn_id = self.engine.next_turn_id()
+        calls = [self._as_faulted(call, turn_id) for call in calls]
         tools = set(self.engine.tools)
         refused: dict[int, tuple[ErrorKind, str]] = {}
         runnable: list[ToolCall] = []
@@ -568,7 +570,8 @@ class ToolCallExecutor:
         crash: Exception | None = None
         if runnable:
             try:
-                result = await self.engine.run_turn(Turn(runnable, deadline_s=self.deadline_s), stop=stop)
+                turn = Turn(runnable, id=turn_id, deadline_s=self.deadline_s)
+                result = await self.engine.run_turn(turn, stop=stop)
             except Exception as exc:  # an engine bug must not break the transcript
                 log.exception("the engine failed while running %d tool call(s)", len(runnable))
                 crash = exc
@@ -595,6 +598,19 @@ class ToolCallExecutor:
         self.calls_total += len(items)
         self.executed_total += batch.executed
         return batch
+
+    def _as_faulted(self, call: LLMToolCall, turn_id: str) -> LLMToolCall:
+        """The call as a fault plan's ``tool_call_fault`` corrupts it, or as the model sent it."""
+        injector = self.engine.faults
+        if not isinstance(injector, FaultInjector):
+            return call
+        fault = injector.tool_call_fault(call.name, turn_id=turn_id, call_id=call.id)
+        if fault is None:
+            return call
+        raw = call.raw_arguments if call.raw_arguments is not None else json.dumps(call.arguments or {})
+        name, corrupted = fault.corrupt_tool_call(call.name, raw)
+        arguments, raw_text, problem = _parse_arguments(corrupted, "arguments")
+        return LLMToolCall(call.id, name, arguments, raw_text, problem)
 
     def _refusal(self, call: LLMToolCall, tools: set[str], seen: set[str]) -> tuple[ErrorKind, str] | None:
         """Why ``call`` must not run (kind, one-line message), or None."""

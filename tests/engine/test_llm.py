@@ -852,3 +852,37 @@ def test_transcript_invariant_one_result_per_call_id_in_order(scenario: dict[str
     assert [(b["type"], b["tool_use_id"], b["content"], b["is_error"]) for b in anthropic["content"]] == [
         ("tool_result", i.call_id, i.content, i.is_error) for i in items
     ]
+
+
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [
+        ("malformed_arguments", "arguments are not valid JSON"),
+        ("unknown_tool", "unknown tool 'search_unknown'"),
+        ("missing_arguments", "invalid arguments: missing a required argument: 'q'"),
+    ],
+)
+async def test_a_tool_call_fault_corrupts_the_models_call_before_it_runs(mode: str, expected: str) -> None:
+    from engine.faults import FaultInjector, FaultPlan
+
+    plan = FaultPlan.from_dict(
+        {"steps": [{"match": {"tool": "search"}, "sequence": [{"type": "tool_call_fault", "mode": mode}]}]}
+    )
+    injector = FaultInjector(plan)
+    engine = make_engine(faults=injector)
+    ran: list[str] = []
+
+    async def search(q: str) -> str:
+        ran.append(q)
+        return "results"
+
+    engine.register("search", search)
+    executor = ToolCallExecutor(engine)
+    first = await executor.run([LLMToolCall("c1", "search", {"q": "x"}, '{"q": "x"}')])
+    (item,) = first.items
+    assert item.is_error and expected in item.content
+    assert not item.executed and ran == []
+    assert injector.counters == {"tool_call_fault": 1}
+    second = await executor.run([LLMToolCall("c2", "search", {"q": "y"}, '{"q": "y"}')])
+    assert not second.items[0].is_error, "the fault was consumed: the next call runs"
+    assert ran == ["y"]
