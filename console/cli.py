@@ -12,6 +12,7 @@ from rich.console import Console
 from engine.config import ConfigError
 
 PACKAGE = Path(__file__).resolve().parent
+DEFAULT_TRACES = Path("traces/traces.db")
 
 
 def bundled_manifests() -> Path:
@@ -34,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="run a scenario of turns against the bundled tools and print a report",
         description="Run a scenario (YAML turns, optionally with a fault plan) against the manifests "
         "with the bundled travel-agent tools, on a virtual clock unless --real-time, and print each "
-        "turn's outcome and the per-tool metrics.",
+        "turn's outcome and the per-tool metrics. Turns are recorded in the trace store.",
     )
     run.add_argument("scenario", type=Path, help="scenario file, e.g. manifests/demo/scenario.yaml")
     _run_options(run)
@@ -46,6 +47,51 @@ def build_parser() -> argparse.ArgumentParser:
         "reaches every outcome (retries, timeouts, cascades, alternatives, breakers).",
     )
     _run_options(demo)
+
+    traces = commands.add_parser("traces", help="browse, export and prune stored turns")
+    actions = traces.add_subparsers(dest="action", metavar="ACTION", required=True)
+    listing = actions.add_parser("list", help="list stored turns, newest first")
+    _traces_option(listing)
+    listing.add_argument(
+        "--outcome", choices=("ok", "degraded", "failed", "timed_out", "canceled", "running")
+    )
+    listing.add_argument("--tool", help="only turns that called this tool")
+    listing.add_argument("--since", help="started at or after: 2h, 30m, 7d ago, or an ISO time")
+    listing.add_argument("--until", help="started before: 2h, 30m, 7d ago, or an ISO time")
+    listing.add_argument("--limit", type=int, default=20, help="turns per page (default 20)")
+    listing.add_argument("--cursor", help="the next page, as printed after a page")
+    listing.add_argument("--json", action="store_true", help="print JSON")
+    show = actions.add_parser("show", help="one turn with every event")
+    show.add_argument("turn_id")
+    _traces_option(show)
+    show.add_argument("--json", action="store_true", help="print JSON")
+    export = actions.add_parser(
+        "export",
+        help="a turn or a time range as JSON Lines",
+        description="Write events as JSON Lines, one event per line. A time range holds the turns that"
+        " started in it, each whole, and the events outside turns (operator actions, breaker timers,"
+        " manifest loads) that happened in it.",
+    )
+    export.add_argument("turn_id", nargs="?", help="one turn (default: every event in the range)")
+    _traces_option(export)
+    export.add_argument("--since", help="from: 2h, 30m, 7d ago, or an ISO time")
+    export.add_argument("--until", help="to (excluded): 2h, 30m, 7d ago, or an ISO time")
+    export.add_argument("-o", "--output", type=Path, help="file to write (default: stdout)")
+    prune = actions.add_parser("prune", help="remove old turns")
+    _traces_option(prune)
+    prune.add_argument("--older-than", help="remove turns started longer ago than this (e.g. 7d)")
+    prune.add_argument("--keep", type=int, help="keep only the newest N turns")
+
+    replay = commands.add_parser(
+        "replay",
+        help="replay a stored turn on virtual time and check every decision",
+        description="Re-run a recorded turn with the recorded outcomes in place of the tools, on a "
+        "virtual clock, and report whether every engine decision matches the recording. Exits 0 "
+        "when all match, 1 when something differs.",
+    )
+    replay.add_argument("turn_id")
+    _traces_option(replay)
+    replay.add_argument("--json", action="store_true", help="print JSON")
     return parser
 
 
@@ -55,29 +101,79 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--real-time", action="store_true", help="wait out the real delays instead")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument(
+        "--traces",
+        type=Path,
+        default=DEFAULT_TRACES,
+        help=f"trace store to record in (default {DEFAULT_TRACES})",
+    )
+    parser.add_argument("--no-record", action="store_true", help="do not record the turns")
+
+
+def _traces_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--traces", type=Path, default=DEFAULT_TRACES, help=f"trace store (default {DEFAULT_TRACES})"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     console = Console()
     command = args.command or "demo"
-    manifests = getattr(args, "manifests", None) or bundled_manifests()
     try:
-        from console.run import run_command  # keeps --help fast
+        # Imported here: keeps --help fast.
+        from engine.store import TraceStoreError
 
+        try:
+            return _dispatch(command, args, console)
+        except TraceStoreError as error:
+            print(f"tripwire: {error}", file=sys.stderr)
+            return 2
+    except ConfigError as error:
+        print(f"tripwire: {error}", file=sys.stderr)  # one line, never wrapped
+        return 2
+    except _usage_errors() as error:
+        print(f"tripwire: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def _usage_errors() -> type[Exception]:
+    from console.traces import UsageError
+
+    return UsageError
+
+
+def _dispatch(command: str, args: argparse.Namespace, console: Console) -> int:
+    from console import traces as t
+
+    if command in ("run", "demo"):
+        from console.run import run_command
+
+        manifests = getattr(args, "manifests", None) or bundled_manifests()
         scenario = args.scenario if command == "run" else manifests / "demo" / "scenario.yaml"
+        record = None if getattr(args, "no_record", False) else getattr(args, "traces", DEFAULT_TRACES)
         return run_command(
             scenario,
             manifests,
             real_time=getattr(args, "real_time", False),
             as_json=getattr(args, "json", False),
             console=console,
+            traces=record,
         )
-    except ConfigError as error:
-        print(f"tripwire: {error}", file=sys.stderr)  # one line, never wrapped
-        return 2
-    except KeyboardInterrupt:
-        return 130
+    if command == "replay":
+        return t.replay_command(args.traces, args.turn_id, console, as_json=args.json)
+    if args.action == "list":
+        return t.list_command(
+            args.traces, console, limit=args.limit, cursor=args.cursor, outcome=args.outcome, tool=args.tool,
+            since=args.since, until=args.until, as_json=args.json,
+        )  # fmt: skip
+    if args.action == "show":
+        return t.show_command(args.traces, args.turn_id, console, as_json=args.json)
+    if args.action == "export":
+        return t.export_command(args.traces, args.turn_id, args.output, since=args.since, until=args.until)
+    return t.prune_command(args.traces, console, older_than=args.older_than, keep=args.keep)
 
 
 if __name__ == "__main__":

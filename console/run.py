@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import secrets
 import time
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from engine.engine import Engine
 from engine.faults import FaultInjector
 from engine.metrics import ToolStats
 from engine.scenario import Scenario, load_scenario, run_scenario
+from engine.store import TraceRecorder, TraceStore
 from engine.turns import CallStatus, TurnResult
 
 VIRTUAL_EPOCH = 1_762_338_645.0
@@ -106,14 +108,30 @@ def report(
 
 
 def run_command(
-    scenario_path: Path, manifests: Path, *, real_time: bool, as_json: bool, console: Console
+    scenario_path: Path,
+    manifests: Path,
+    *,
+    real_time: bool,
+    as_json: bool,
+    console: Console,
+    traces: Path | None = None,
 ) -> int:
+    """Play a scenario; with ``traces``, record every turn there for browsing and replay."""
     scenario = load_scenario(scenario_path)
     # On the virtual clock, wall-clock stamps follow it from a fixed epoch: runs are identical.
     wall = time.time if real_time else VirtualWallClock(VIRTUAL_EPOCH)
     injector = FaultInjector(scenario.faults) if scenario.faults is not None else None
-    engine = demo_engine(manifests, faults=injector, seed=scenario.spec.seed, wall_clock=wall)
+    engine = demo_engine(
+        manifests, faults=injector, seed=scenario.spec.seed, wall_clock=wall, record=traces is not None
+    )
     scenario.check(engine.tools)  # before anything runs or prints
+    store = TraceStore(traces) if traces is not None else None
+    # Recorded runs namespace their turns by when they ran: the same scenario can be stored again.
+    run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}" if store is not None else None
+    # A virtual clock would jump ahead while a turn waited on the disk: record in batches there.
+    recorder = TraceRecorder(store, durability="turn" if real_time else "batch") if store else None
+    if recorder is not None:
+        recorder.attach(engine)
 
     async def main() -> tuple[list[TurnResult], dict[str, ToolStats]]:
         start = anyio.current_time()
@@ -123,12 +141,13 @@ def run_command(
                 console.print(turn_table(result, anyio.current_time() - start))
 
         async with engine:
-            results = await run_scenario(engine, scenario, on_turn=show)
+            results = await run_scenario(engine, scenario, on_turn=show, run=run_id)
         return results, engine.stats()
 
     if not as_json:
         clock = "real time" if real_time else "virtual time"
-        console.print(f"[bold]{scenario.name}[/] — {len(scenario.spec.turns)} turns, {clock}")
+        recording = f", recorded in {traces}" if traces is not None else ""
+        console.print(f"[bold]{scenario.name}[/] — {len(scenario.spec.turns)} turns, {clock}{recording}")
     try:
         if real_time:
             results, stats = anyio.run(main)
@@ -136,6 +155,10 @@ def run_command(
             mock = trio.testing.MockClock(autojump_threshold=0)
             results, stats = anyio.run(main, backend="trio", backend_options={"clock": mock})
     finally:
+        if recorder is not None:
+            recorder.close()
+        if store is not None:
+            store.close()
         engine.close()
     if as_json:
         console.print_json(json.dumps(report(scenario, results, injector, stats), default=str))
@@ -144,4 +167,6 @@ def run_command(
         if injector is not None and injector.counters:
             fired = ", ".join(f"{kind} ×{n}" for kind, n in sorted(injector.counters.items()))
             console.print(f"[dim]injected faults: {fired}[/]")
+        if traces is not None:
+            console.print(f"[dim]browse: tripwire traces list --traces {traces}[/]")
     return 0

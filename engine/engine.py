@@ -219,11 +219,11 @@ class Engine:
         self._bus = EventBus()
         self._tools: dict[str, _Tool] = {}
         self._call_ids = itertools.count(1)
-        self._turn_ids = itertools.count(1)
         # The call whose breaker operation is under way: its trace gets the transition, and the
         # transition names it. Set only around breaker operations, which never await.
         self._trace_sink: list[Event] | None = None
         self._cause: str | None = None
+        self._cause_turn: str | None = None
         self._timer_wakeup: anyio.Event | None = None
         self.timeouts = TimeoutSupervisor()
         self._now: Callable[[], float] = current_time
@@ -340,6 +340,7 @@ class Engine:
                 consecutive_failures=tr.consecutive_failures,
                 half_open_at=tr.half_open_at,
                 call_id=self._cause,
+                turn_id=self._cause_turn,
             ),
             self._trace_sink,
         )
@@ -399,7 +400,8 @@ class Engine:
         return breakers, manifests
 
     def next_turn_id(self) -> str:
-        return f"t{next(self._turn_ids)}"
+        """A fresh turn id, unique across runs (drawn from ``rng``: reproducible when it is seeded)."""
+        return f"t{self.rng.getrandbits(48):012x}"
 
     async def execute(
         self,
@@ -430,9 +432,9 @@ class Engine:
         if trace is None:
             permit = breaker.acquire(now)
         else:  # a transition here belongs in the turn's trace too
-            self._trace_sink, self._cause = trace, call_id
+            self._trace_sink, self._cause, self._cause_turn = trace, call_id, turn_id
             permit = breaker.acquire(now)
-            self._trace_sink = self._cause = None
+            self._trace_sink = self._cause = self._cause_turn = None
         manifest = tool.manifest  # in force for the whole call, even across reloads
         if permit is None:
             rejected = self._rejected(tool, args, ctx, call_id, turn_id, trace, now)
@@ -504,9 +506,9 @@ class Engine:
                 if trace is None:
                     breaker.record(permit, AttemptOutcome.SUCCEEDED, now)
                 else:
-                    self._trace_sink, self._cause = trace, call_id
+                    self._trace_sink, self._cause, self._cause_turn = trace, call_id, turn_id
                     breaker.record(permit, AttemptOutcome.SUCCEEDED, now)
-                    self._trace_sink = self._cause = None
+                    self._trace_sink = self._cause = self._cause_turn = None
                 metrics.on_success(now, now - attempt_start, retried=attempt > 1)
                 if observed:
                     succeeded = CallSucceeded(
@@ -532,9 +534,9 @@ class Engine:
                         trace,
                     )  # fmt: skip
             classification = classify(error, manifest, now=self.wall_clock)
-            self._trace_sink, self._cause = trace, call_id
+            self._trace_sink, self._cause, self._cause_turn = trace, call_id, turn_id
             breaker.record(permit, _outcome(classification), now)
-            self._trace_sink = self._cause = None
+            self._trace_sink = self._cause = self._cause_turn = None
             metrics.on_attempt_failed(
                 now, now - attempt_start, transient=classification.transient,
                 timed_out=classification.kind is ErrorKind.TIMEOUT,
@@ -564,9 +566,9 @@ class Engine:
             if decided.delay_s > 0:
                 await anyio.sleep(decided.delay_s)
             now = clock()
-            self._trace_sink, self._cause = trace, call_id
+            self._trace_sink, self._cause, self._cause_turn = trace, call_id, turn_id
             permit = breaker.acquire(now)
-            self._trace_sink = self._cause = None
+            self._trace_sink = self._cause = self._cause_turn = None
             if permit is None:
                 reason = f"retry short-circuited: {breaker.rejection_reason()}"
                 shorted = HandlerDecision(Decision.ESCALATE, reason)

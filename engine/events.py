@@ -12,6 +12,8 @@ guarded call emits two.
 
 from __future__ import annotations
 
+import types
+import typing
 from dataclasses import dataclass, fields
 from enum import Enum
 from typing import Any, ClassVar
@@ -335,6 +337,8 @@ class BreakerTransitioned(Event, abstract=True):
     """Engine time at which an OPEN breaker admits a probe."""
     call_id: str | None = None
     """The call whose attempt caused the transition (None for timers and operators)."""
+    turn_id: str | None = None
+    """The turn of that call, when it ran in one."""
 
     def describe(self) -> str:
         by = "" if self.actor == "engine" else f" by {self.actor}"
@@ -443,38 +447,51 @@ def vocabulary_markdown() -> str:
     return "\n".join(rows)
 
 
-_DECODERS: dict[type[Event], dict[str, Any]] = {}
+@dataclass(frozen=True, slots=True)
+class FieldShape:
+    """What one event field holds, as codecs (JSON, the trace store) need to know it."""
+
+    name: str
+    only: Any
+    """The one type besides None the field may hold (``float | None`` → float), else None."""
+    convert: type | None
+    """The Enum subclass or ``tuple`` that rebuilds the value from JSON; None when JSON holds it as is."""
+    nullable: bool
+
+
+_SHAPES: dict[type[Event], tuple[FieldShape, ...]] = {}
+
+
+def field_shapes(cls: type[Event]) -> tuple[FieldShape, ...]:
+    """The shape of every field of ``cls``, worked out once per class."""
+    shapes = _SHAPES.get(cls)
+    if shapes is None:
+        hints = typing.get_type_hints(cls)
+        shapes = _SHAPES[cls] = tuple(_field_shape(f.name, hints[f.name]) for f in fields(cls))
+    return shapes
+
+
+def _field_shape(name: str, hint: Any) -> FieldShape:
+    # A union is unpacked into its options; any other generic (tuple[str, ...]) is one option.
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    options = typing.get_args(hint) if union else (hint,)
+    solid = [o for o in options if o is not type(None)]
+    convert: type | None = None
+    for option in solid:
+        origin = typing.get_origin(option) or option
+        if isinstance(origin, type) and (issubclass(origin, Enum) or origin is tuple):
+            convert = origin
+            break
+    return FieldShape(name, solid[0] if len(solid) == 1 else None, convert, len(solid) < len(options))
 
 
 def event_from_dict(data: dict[str, Any]) -> Event:
     """Rebuild an event from :meth:`Event.to_dict` output (stored traces, replays)."""
     cls = EVENT_TYPES[data["event_type"]]
-    converters = _DECODERS.get(cls)
-    if converters is None:
-        converters = _DECODERS[cls] = _converters(cls)
     kwargs = {}
-    for name, convert in converters.items():
-        if name in data:
-            value = data[name]
-            kwargs[name] = convert(value) if convert is not None and value is not None else value
+    for shape in field_shapes(cls):
+        if shape.name in data:
+            value = data[shape.name]
+            convert = shape.convert
+            kwargs[shape.name] = convert(value) if convert is not None and value is not None else value
     return cls(**kwargs)
-
-
-def _converters(cls: type[Event]) -> dict[str, Any]:
-    import typing
-
-    hints = typing.get_type_hints(cls)
-    out: dict[str, Any] = {}
-    for f in fields(cls):
-        hint = hints[f.name]
-        args = typing.get_args(hint)
-        options = [a for a in args if a is not type(None)] if args else [hint]
-        convert: Any = None
-        for option in options:
-            origin = typing.get_origin(option) or option
-            if isinstance(origin, type) and issubclass(origin, Enum):
-                convert = origin
-            elif origin is tuple:
-                convert = tuple
-        out[f.name] = convert
-    return out

@@ -1046,6 +1046,7 @@ class FaultInjector:
 
     def _step_for(self, tool_id: str, call: int, turn_id: str | None, call_id: str | None) -> int:
         if turn_id is not None and call_id is not None and self._by_call_id:
+            turn_id = turn_id.rsplit("/", 1)[-1]  # "run-2/plan-trip" is turn plan-trip of a run
             index = self._by_call_id.get((turn_id, call_id, tool_id))
             if index is None:
                 index = self._by_call_id.get((turn_id, call_id, None))

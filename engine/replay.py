@@ -297,9 +297,18 @@ async def replay(recording: Recording) -> ReplayReport:
 
 def replay_on_virtual_time(recording: Recording) -> ReplayReport:
     """Replay in a fresh event loop on trio's virtual clock: an hour of recording in a blink."""
+    return replay_all_on_virtual_time([recording])[0]
+
+
+def replay_all_on_virtual_time(recordings: Iterable[Recording]) -> list[ReplayReport]:
+    """Replay several recordings, one after another, in one event loop on a virtual clock."""
+
+    async def each() -> list[ReplayReport]:
+        return [await replay(recording) for recording in recordings]
+
     clock = trio.testing.MockClock(autojump_threshold=0)
-    result: ReplayReport = anyio.run(replay, recording, backend="trio", backend_options={"clock": clock})
-    return result
+    reports: list[ReplayReport] = anyio.run(each, backend="trio", backend_options={"clock": clock})
+    return reports
 
 
 def _never_runs(tool_id: str) -> Callable[..., Any]:
@@ -366,5 +375,6 @@ __all__ = [
     "ReplayReport",
     "decisions",
     "replay",
+    "replay_all_on_virtual_time",
     "replay_on_virtual_time",
 ]

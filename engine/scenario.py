@@ -100,8 +100,12 @@ class Scenario:
     def name(self) -> str:
         return self.spec.name or self.path.stem
 
-    def turns(self) -> list[Turn]:
-        return [t.to_turn() for t in self.spec.turns]
+    def turns(self, run: str | None = None) -> list[Turn]:
+        """The turns; ``run`` namespaces their ids (``run/plan-trip``) so runs never collide."""
+        turns = [t.to_turn() for t in self.spec.turns]
+        if run is None:
+            return turns
+        return [Turn(t.calls, f"{run}/{t.id}", t.deadline_s) for t in turns]
 
     def check(self, tools: Iterable[str]) -> None:
         """Every turn must be runnable with ``tools``; problems name the file and the turn's line."""
@@ -140,11 +144,15 @@ async def run_scenario(
     scenario: Scenario,
     *,
     on_turn: Callable[[TurnResult], Awaitable[None] | None] | None = None,
+    run: str | None = None,
 ) -> list[TurnResult]:
-    """Run the scenario's turns in order on ``engine``, pausing ``after_ms`` before each."""
+    """Run the scenario's turns in order on ``engine``, pausing ``after_ms`` before each.
+
+    ``run`` namespaces the turn ids (fault plans still match the scenario's own ids).
+    """
     scenario.check(engine.tools)
     results = []
-    for spec, turn in zip(scenario.spec.turns, scenario.turns(), strict=True):
+    for spec, turn in zip(scenario.spec.turns, scenario.turns(run), strict=True):
         if spec.after_ms:
             await anyio.sleep(spec.after_ms / 1000.0)
         result = await engine.run_turn(turn)

@@ -22,9 +22,9 @@ from engine.engine import CallContext
 from engine.errors import jsonable
 from engine.events import (
     CallEscalated,
-    Event,
     CallSkipped,
     DefaultUsed,
+    Event,
     TurnCanceled,
     TurnDeadlineExceeded,
     TurnFinished,

@@ -14,7 +14,7 @@ DEMO = ROOT / "manifests" / "demo" / "scenario.yaml"
 
 
 def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
-    assert main([*argv, "--json"]) == 0
+    assert main([*argv, "--json", "--no-record"]) == 0
     return json.loads(capsys.readouterr().out)
 
 
@@ -48,7 +48,7 @@ def test_runs_are_identical_on_the_virtual_clock(capsys: pytest.CaptureFixture[s
 
 
 def test_the_human_report_has_summaries_and_metrics(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["demo", "--manifests", str(ROOT / "manifests")]) == 0
+    assert main(["demo", "--manifests", str(ROOT / "manifests"), "--no-record"]) == 0
     out = capsys.readouterr().out
     assert "Completed hotel search, but activity search and create itinerary timed out." in out.replace(
         "\n", " "
@@ -76,7 +76,7 @@ def test_bad_input_is_one_line_on_stderr_and_exit_2(
     path = tmp_path / "scenario.yaml"
     if content is not None:
         path.write_text(content)
-    assert main(["run", str(path), "--manifests", str(ROOT / "manifests")]) == 2
+    assert main(["run", str(path), "--manifests", str(ROOT / "manifests"), "--no-record"]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
     (line,) = captured.err.splitlines()
@@ -86,7 +86,7 @@ def test_bad_input_is_one_line_on_stderr_and_exit_2(
 
 def test_a_broken_manifest_directory_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "x.yaml").write_text("tool:\n  id: x\n  timeout_ms: fast\n")
-    assert main(["run", str(DEMO), "--manifests", str(tmp_path)]) == 2
+    assert main(["run", str(DEMO), "--manifests", str(tmp_path), "--no-record"]) == 2
     (line,) = capsys.readouterr().err.splitlines()
     problem = "tool.timeout_ms: Input should be a valid number, unable to parse string as a number"
     assert line == f"tripwire: {tmp_path / 'x.yaml'}:3: {problem}"
