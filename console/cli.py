@@ -81,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     _traces_option(prune)
     prune.add_argument("--older-than", help="remove turns started longer ago than this (e.g. 7d)")
     prune.add_argument("--keep", type=int, help="keep only the newest N turns")
+    prune.add_argument("--json", action="store_true", help="print JSON")
 
     replay = commands.add_parser(
         "replay",
@@ -173,7 +174,9 @@ def _dispatch(command: str, args: argparse.Namespace, console: Console) -> int:
         return t.show_command(args.traces, args.turn_id, console, as_json=args.json)
     if args.action == "export":
         return t.export_command(args.traces, args.turn_id, args.output, since=args.since, until=args.until)
-    return t.prune_command(args.traces, console, older_than=args.older_than, keep=args.keep)
+    return t.prune_command(
+        args.traces, console, older_than=args.older_than, keep=args.keep, as_json=args.json
+    )
 
 
 if __name__ == "__main__":

@@ -118,8 +118,10 @@ def run_command(
 ) -> int:
     """Play a scenario; with ``traces``, record every turn there for browsing and replay."""
     scenario = load_scenario(scenario_path)
-    # On the virtual clock, wall-clock stamps follow it from a fixed epoch: runs are identical.
-    wall = time.time if real_time else VirtualWallClock(VIRTUAL_EPOCH)
+    started = time.time()
+    # On the virtual clock, wall-clock stamps follow it from an epoch: a fixed one makes runs
+    # identical; a recorded run starts at the real now, so its turns are found by when they ran.
+    wall = time.time if real_time else VirtualWallClock(VIRTUAL_EPOCH if traces is None else started)
     injector = FaultInjector(scenario.faults) if scenario.faults is not None else None
     engine = demo_engine(
         manifests, faults=injector, seed=scenario.spec.seed, wall_clock=wall, record=traces is not None
@@ -127,7 +129,9 @@ def run_command(
     scenario.check(engine.tools)  # before anything runs or prints
     store = TraceStore(traces) if traces is not None else None
     # Recorded runs namespace their turns by when they ran: the same scenario can be stored again.
-    run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}" if store is not None else None
+    run_id = (
+        f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime(started))}-{secrets.token_hex(2)}" if store else None
+    )
     # A virtual clock would jump ahead while a turn waited on the disk: record in batches there.
     recorder = TraceRecorder(store, durability="turn" if real_time else "batch") if store else None
     if recorder is not None:

@@ -161,12 +161,18 @@ def export_command(
     return 0
 
 
-def prune_command(traces: Path, console: Console, *, older_than: str | None, keep: int | None) -> int:
+def prune_command(
+    traces: Path, console: Console, *, older_than: str | None, keep: int | None, as_json: bool = False
+) -> int:
     if older_than is None and keep is None:
         raise UsageError("say what to prune: --older-than 7d and/or --keep N")
     with _open(traces, readonly=False) as store:
         removed = store.prune(older_than_s=parse_span(older_than) if older_than else None, keep=keep)
-    console.print(f"pruned {removed} turn(s) from {traces}")
+        left = store.counts()["turns"]
+    if as_json:
+        print(json.dumps({"pruned": removed, "turns_left": left}))
+    else:
+        console.print(f"pruned {removed} turn(s) from {traces}; {left} left")
     return 0
 
 

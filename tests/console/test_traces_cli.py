@@ -38,6 +38,13 @@ def test_list_shows_the_recorded_turns_newest_first(store: Path, capsys: pytest.
     assert len({i.split("/")[0] for i in ids}) == 1, "one run, one namespace"
 
 
+def test_a_recorded_run_is_stamped_when_it_ran(store: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # The virtual clock starts at the real now when recording: `--since 1h` finds the run,
+    # and `prune --older-than 1d` would not remove it.
+    assert len(turn_ids(capsys, store, "--since", "1h")) == 6
+    assert turn_ids(capsys, store, "--until", "1h") == []
+
+
 def test_list_filters_by_outcome_and_tool(store: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert [i.split("/")[1] for i in turn_ids(capsys, store, "--outcome", "timed_out")] == ["tight-deadline"]
     assert {i.split("/")[1] for i in turn_ids(capsys, store, "--tool", "custom_api")} == {
@@ -92,8 +99,11 @@ def test_prune_keeps_the_newest(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert main(["demo", "--manifests", MANIFESTS, "--traces", str(path), "--json"]) == 0
     capsys.readouterr()
     assert len(turn_ids(capsys, path)) == 12, "a second run is stored beside the first"
-    assert main(["traces", "prune", "--keep", "2", "--traces", str(path)]) == 0
-    assert "pruned 10 turn(s)" in capsys.readouterr().out
+    assert main(["traces", "prune", "--keep", "4", "--traces", str(path)]) == 0
+    assert "pruned 8 turn(s)" in capsys.readouterr().out
+    assert out_json(capsys, "traces", "prune", "--keep", "2", "--traces", str(path), "--json") == {
+        "pruned": 2, "turns_left": 2
+    }  # fmt: skip
     assert len(turn_ids(capsys, path)) == 2
 
 
