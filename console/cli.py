@@ -40,6 +40,25 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("scenario", type=Path, help="scenario file, e.g. manifests/demo/scenario.yaml")
     _run_options(run)
 
+    live = commands.add_parser(
+        "console",
+        help="the operations console (the default command)",
+        description="Open the operations console on a live engine: the bundled demo (the "
+        "travel-agent tools through a looping outage), a scenario of yours with --scenario, or "
+        "your own workload with --workload. Hot-reloads the manifests; records turns in the "
+        "trace store.",
+    )
+    _engine_options(live)
+    source = live.add_mutually_exclusive_group()
+    source.add_argument(
+        "--scenario", type=Path, help="play this scenario in a loop (default: manifests/demo/live.yaml)"
+    )
+    source.add_argument(
+        "--workload", metavar="MODULE:FUNCTION", help="drive the engine with your async def fn(engine)"
+    )
+    live.add_argument("--read-only", action="store_true", help="watch only: no trip, reset or disable")
+    live.add_argument("--refresh-hz", type=float, default=10.0, help="redraws per second (1–30, default 10)")
+
     demo = commands.add_parser(
         "demo",
         help="run the bundled demo scenario (manifests/demo/scenario.yaml)",
@@ -97,11 +116,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run_options(parser: argparse.ArgumentParser) -> None:
+    _engine_options(parser)
+    parser.add_argument("--real-time", action="store_true", help="wait out the real delays instead")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def _engine_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--manifests", type=Path, default=None, help="manifest directory (default: the bundled manifests/)"
     )
-    parser.add_argument("--real-time", action="store_true", help="wait out the real delays instead")
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument(
         "--traces",
         type=Path,
@@ -120,7 +143,7 @@ def _traces_option(parser: argparse.ArgumentParser) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     console = Console()
-    command = args.command or "demo"
+    command = args.command or "console"
     try:
         # Imported here: keeps --help fast.
         from engine.store import TraceStoreError
@@ -140,15 +163,39 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-def _usage_errors() -> type[Exception]:
+def _usage_errors() -> tuple[type[Exception], ...]:
+    from console.host import WorkloadError
     from console.traces import UsageError
 
-    return UsageError
+    return UsageError, WorkloadError
+
+
+def _console(args: argparse.Namespace) -> int:
+    from console.live import LiveOptions, build_live_app
+
+    manifests = getattr(args, "manifests", None) or bundled_manifests()
+    workload = getattr(args, "workload", None)
+    scenario = getattr(args, "scenario", None)
+    if scenario is None and workload is None:
+        scenario = manifests / "demo" / "live.yaml"
+    no_record = getattr(args, "no_record", False)
+    options = LiveOptions(
+        manifests=manifests,
+        traces=None if no_record else getattr(args, "traces", DEFAULT_TRACES),
+        scenario=scenario,
+        workload=workload,
+        read_only=getattr(args, "read_only", False),
+        refresh_hz=getattr(args, "refresh_hz", 10.0),
+    )
+    build_live_app(options).run()
+    return 0
 
 
 def _dispatch(command: str, args: argparse.Namespace, console: Console) -> int:
     from console import traces as t
 
+    if command == "console":
+        return _console(args)
     if command in ("run", "demo"):
         from console.run import run_command
 

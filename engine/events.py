@@ -128,6 +128,8 @@ class AttemptFailed(ToolEvent, event_type="ToolError"):
     retry_after_s: float | None = None
     has_partial: bool = False
     """The error carried what the tool returned before failing (a partial result)."""
+    consecutive_failures: int | None = None
+    """The breaker's streak of transient failures once this attempt was counted."""
 
     def describe(self) -> str:
         return (
@@ -390,6 +392,8 @@ class ManifestLoaded(Event):
     version: int
     digest: str
     previous_digest: str | None = None
+    manifest: dict[str, Any] | None = None
+    """The manifest now in force, as data (every default filled in): what a console shows."""
 
     def describe(self) -> str:
         verb = "reloaded" if self.previous_digest else "loaded"

@@ -322,6 +322,7 @@ class ManifestRegistry:
                     version=current.version,
                     digest=current.digest,
                     previous_digest=current.digest,
+                    manifest=current.manifest.model_dump(mode="json"),
                 )
             ]
         return events + installed
@@ -347,6 +348,7 @@ class ManifestRegistry:
                 version=self.version,
                 digest=digest,
                 previous_digest=current.digest if current else None,
+                manifest=manifest.model_dump(mode="json"),
             )
         ]
 

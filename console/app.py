@@ -1,0 +1,293 @@
+"""``ConsoleApp``: the Textual operations console.
+
+The engine reaches the console only through :class:`~console.bridge.EventBridge`, a bounded
+buffer its sink appends to. About ten times a second the app drains it into the pure
+:class:`~console.model.ConsoleModel` and lets the active view redraw what changed, inside one
+``batch_update``. Hidden views do no work; paused, the model keeps folding and the views wait.
+Operator actions go to the engine through the :class:`~console.host.EngineLink` from a worker
+thread, and the board changes only when the engine's own event comes back.
+"""
+
+from __future__ import annotations
+
+import gc
+import getpass
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar
+
+from textual import work
+from textual.app import App, SystemCommand
+from textual.binding import Binding, BindingType
+from textual.content import Content
+from textual.screen import Screen
+
+from console.bridge import DEFAULT_CAPACITY, EventBridge
+from console.host import Action, EngineLink
+from console.model import Changes, ConsoleModel
+from console.screens.base import ConsoleScreen, StatusBar
+from console.screens.board import BoardScreen
+from console.screens.confirm import ConfirmActionModal, Confirmed
+from console.screens.deps import DependencyScreen
+from console.screens.events import EventLogScreen
+from console.screens.manifests import ManifestScreen
+from console.screens.tool import ToolScreen
+from engine.breaker import BreakerState
+
+VIEWS = {"board": "Board", "deps": "Dependencies", "manifests": "Manifests", "events": "Events"}
+_VIEWS = Binding.Group("Views")
+"""1 2 3 4 share one footer entry: the footer must show every key and still fit 120 columns."""
+MAX_DRAIN = 50_000
+"""Events folded per flush at most: a flood is absorbed over several flushes, never one long one."""
+
+
+class ConsoleApp(App[None]):
+    TITLE = "tripwire"
+    MODES: ClassVar[dict[str, type[Screen[None]]]] = {  # type: ignore[assignment]
+        "board": BoardScreen,
+        "deps": DependencyScreen,
+        "manifests": ManifestScreen,
+        "events": EventLogScreen,
+    }
+    DEFAULT_MODE = "board"
+    ESCAPE_TO_MINIMIZE = False  # esc means back here
+    CSS = """
+    Footer.-compact FooterLabel { margin: 0 1 0 0; }  /* a group's label needs its space too */
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("1", "view('board')", "Board", id="view.board", tooltip="The breaker board", group=_VIEWS),
+        Binding(
+            "2", "view('deps')", "Deps", id="view.deps", tooltip="The turn's dependency graph", group=_VIEWS
+        ),
+        Binding(
+            "3", "view('manifests')", "Manifests", id="view.manifests", tooltip="Manifests", group=_VIEWS
+        ),
+        Binding("4", "view('events')", "Events", id="view.events", tooltip="The event stream", group=_VIEWS),
+        Binding("p", "pause", "Pause", id="pause", tooltip="Freeze the display; events keep being collected"),
+        Binding("t", "act('trip')", "Trip", id="trip", tooltip="Force the selected breaker(s) open"),
+        Binding("r", "act('reset')", "Reset", id="reset", tooltip="Close the selected breaker(s)"),
+        Binding("d", "act('disable')", "Disable", id="disable", tooltip="Admit every call, keep counting"),
+        Binding("question_mark,f1", "help", "Help", id="help", tooltip="Keys of this view", key_display="?"),
+        Binding("ctrl+s", "screenshot", "Screenshot", id="screenshot", show=False),
+        Binding("q", "quit", "Quit", id="quit"),
+        Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
+    ]
+
+    def __init__(
+        self,
+        link: EngineLink,
+        *,
+        refresh_hz: float = 10.0,
+        bridge_capacity: int = DEFAULT_CAPACITY,
+        actor: str | None = None,
+        live: bool = True,
+        freeze_gc: bool = False,
+    ) -> None:
+        super().__init__()
+        self.link = link
+        self.bridge = EventBridge(bridge_capacity)
+        self.model = ConsoleModel()
+        self.refresh_hz = max(1.0, min(30.0, refresh_hz))
+        self.actor = actor or f"operator:{getpass.getuser()}"
+        self.paused = False
+        self.pending_while_paused = 0
+        self.now = 0.0
+        self.flushes = 0
+        self._live = live
+        self._freeze_gc = freeze_gc
+        self._pending = Changes()
+        self._unsubscribe: Callable[[], None] | None = None
+        self._manifest_changes_seen = 0
+        self._problem_shown: str | None = None
+        self._rate = (0.0, 0, 0.0)  # (engine time, events received, events/s)
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def on_mount(self) -> None:
+        # Subscribe first: an event between the two is folded onto the seed, never lost.
+        self._unsubscribe = self.link.subscribe(self.bridge)
+        self.model = ConsoleModel(self.link.seeds())
+        self._manifest_changes_seen = self.model.manifest_change_count
+        self.now = self.link.now()
+        self._rate = (self.now, 0, 0.0)
+        if self._live:
+            self.set_interval(1 / self.refresh_hz, self.flush, name="flush")
+        self.flush()
+        if self._freeze_gc:
+            # What exists once the UI is up lives as long as the app: out of the collector's
+            # way, a full collection scans only what the flood of events keeps (~3× shorter).
+            self.call_after_refresh(gc.freeze)
+
+    def on_unmount(self) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+        self.link.close()
+
+    # --- the flush -------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Fold what the engine sent since the last flush; redraw the active view."""
+        self.flushes += 1
+        events = self.bridge.drain(MAX_DRAIN)
+        now = self.now = self.link.now()
+        changes = self.model.apply(events) if events else Changes()
+        changes.merge(self.model.expire(now))
+        self._pending.merge(changes)
+        self._measure_rate(now)
+        if self.paused:
+            self.pending_while_paused += changes.events
+        else:
+            self._announce()
+        if self._exit or not self.screen_stack:  # starting up or shutting down
+            return
+        screen = self.screen
+        if screen._closing or not screen.is_mounted:
+            return
+        if self.paused or not isinstance(screen, ConsoleScreen):  # paused, or a dialog is up
+            self._status(screen)
+            return
+        pending, self._pending = self._pending, Changes()
+        with self.batch_update():
+            screen.show(pending, now)
+            self._status(screen)
+
+    def _measure_rate(self, now: float) -> None:
+        since, received, _ = self._rate
+        if now - since >= 1.0:
+            self._rate = (now, self.bridge.received, (self.bridge.received - received) / (now - since))
+
+    def _status(self, screen: Screen[Any]) -> None:
+        for bar in screen.query(StatusBar):
+            bar.show(self.status_text())
+
+    def status_text(self) -> Content:
+        states = [v.state for v in self.model.tools.values()]
+        parts: list[str | tuple[str, str]] = []
+        if self.paused:
+            parts.append((f"❚❚ PAUSED · {self.pending_while_paused:,} new events", "bold reverse $warning"))
+        else:
+            parts.append(("● LIVE", "bold $success"))
+        parts.append(f"  {len(states)} tools")
+        for state, style in (
+            (BreakerState.OPEN, "bold $error"),
+            (BreakerState.HALF_OPEN, "bold $warning"),
+            (BreakerState.FORCED_OPEN, "bold reverse $error"),
+            (BreakerState.DISABLED, "$foreground-muted"),
+        ):
+            n = states.count(state)
+            parts += ["  ", (f"{n} {state}", style if n else "$foreground-muted")]
+        parts.append(f"  · manifests v{self.model.manifest_version} · {self._rate[2]:,.0f} ev/s")
+        if self.bridge.dropped:
+            parts.append((f" · dropped {self.bridge.dropped:,}", "bold $error"))
+        if self.link.read_only:
+            parts.append((" · read-only", "$accent"))
+        if self.link.description:
+            parts.append((f" · {self.link.description}", "$foreground-muted"))
+        return Content.assemble(*parts)
+
+    def _announce(self) -> None:
+        """Toasts for what an operator must not miss: manifest reloads and refusals, a dead workload."""
+        model = self.model
+        new = model.manifest_change_count - self._manifest_changes_seen
+        if new > 0:
+            for change in list(model.manifest_changes)[-min(new, len(model.manifest_changes)) :]:
+                if change.what == "rejected":
+                    self.notify(change.errors[0] if change.errors else change.path, title="Manifest refused",
+                                severity="error", timeout=8)  # fmt: skip
+                elif change.what == "reloaded":
+                    self.notify(f"{change.tool_id} v{change.version}", title="Manifest reloaded", timeout=4)
+            self._manifest_changes_seen = model.manifest_change_count
+        problem = self.link.problem()
+        if problem is not None and problem != self._problem_shown:
+            self._problem_shown = problem
+            self.notify(problem, title="Workload", severity="error", timeout=15)
+
+    # --- views -----------------------------------------------------------------------------
+
+    def action_view(self, mode: str) -> None:
+        self.switch_mode(mode)
+
+    def open_tool(self, tool_id: str) -> None:
+        if self.current_mode != "board":
+            self.switch_mode("board")
+        self.push_screen(ToolScreen(tool_id))
+
+    def action_pause(self) -> None:
+        self.paused = not self.paused
+        if self.paused:
+            self.pending_while_paused = 0
+        else:
+            self.flush()
+        self._status(self.screen)
+        self.refresh_bindings()
+
+    def action_help(self) -> None:
+        if self.screen.query("HelpPanel"):
+            self.action_hide_help_panel()
+        else:
+            self.action_show_help_panel()
+
+    # --- operator actions ------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "act":
+            if self.link.read_only:
+                return False  # hidden: this console may not act
+            screen = self.screen
+            return True if isinstance(screen, ConsoleScreen) and screen.selected_tools() else None
+        return True
+
+    def action_act(self, action: Action) -> None:
+        screen = self.screen
+        self.confirm_action(action, screen.selected_tools() if isinstance(screen, ConsoleScreen) else [])
+
+    def confirm_action(self, action: Action, tools: list[str]) -> None:
+        """Ask, then act: the dialog names the tools, their states and the effect."""
+        if self.link.read_only or not tools:
+            return
+        states = {
+            t: self.model.tools[t].state if t in self.model.tools else BreakerState.CLOSED for t in tools
+        }
+
+        def confirmed(answer: Confirmed | None) -> None:
+            if answer is not None:
+                self._carry_out(action, tools, answer.reason)
+
+        self.push_screen(ConfirmActionModal(action, states), confirmed)
+
+    @work(thread=True, exit_on_error=False, group="operator")
+    def _carry_out(self, action: Action, tools: list[str], reason: str) -> None:
+        """On a worker thread: the engine may take a moment, the UI must not wait for it."""
+        done, failed = [], []
+        for tool_id in tools:
+            try:
+                self.link.act(action, tool_id, actor=self.actor, reason=reason)
+                done.append(tool_id)
+            except Exception as exc:
+                failed.append(f"{tool_id}: {exc}")
+        if done:
+            self.call_from_thread(
+                self.notify, f"{action} sent for {', '.join(done)}", title="Operator action"
+            )
+        for problem in failed:
+            self.call_from_thread(self.notify, problem, title=f"{action} failed", severity="error")
+
+    # --- the command palette ---------------------------------------------------------------
+
+    def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        for mode, title in VIEWS.items():
+            yield SystemCommand(
+                f"Go to {title}", f"The {title.lower()} view", lambda m=mode: self.switch_mode(m)
+            )
+        for tool_id in sorted(self.model.tools):
+            yield SystemCommand(
+                f"Open {tool_id}", "Its detail: history, timeline, policy",
+                lambda t=tool_id: self.open_tool(t), discover=False,
+            )  # fmt: skip
+            if not self.link.read_only:
+                actions: tuple[Action, ...] = ("trip", "reset", "disable")
+                for action in actions:
+                    yield SystemCommand(
+                        f"{action.capitalize()} {tool_id}", f"{action.capitalize()} the breaker of {tool_id}",
+                        lambda a=action, t=tool_id: self.confirm_action(a, [t]), discover=False,
+                    )  # fmt: skip

@@ -1,0 +1,72 @@
+"""Build the console on a live engine: the bundled demo, a scenario, or your own workload."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from console.app import ConsoleApp
+from console.host import EngineHost, Workload, import_workload, scenario_workload
+from engine.demo import DEMO_TOOLS
+from engine.engine import Engine
+from engine.faults import FaultInjector
+from engine.scenario import Scenario, load_scenario
+from engine.store import TraceRecorder, TraceStore
+
+
+@dataclass(frozen=True, slots=True)
+class LiveOptions:
+    manifests: Path
+    traces: Path | None
+    """Where to record the turns; None records nothing."""
+    scenario: Path | None = None
+    """Played in a loop against the bundled travel tools."""
+    workload: str | None = None
+    """``module:function``: your own ``async def fn(engine)`` drives the engine instead."""
+    read_only: bool = False
+    refresh_hz: float = 10.0
+    passes: int | None = None
+    """How many times to play the scenario (forever by default)."""
+
+
+def build_live_app(options: LiveOptions) -> ConsoleApp:
+    """The console on an engine of its own, hot-reloading ``options.manifests``.
+
+    Raises ``ConfigError`` (bad manifests, scenario or fault plan), ``TraceStoreError`` or
+    ``WorkloadError`` before anything starts, so the command line can print one line.
+    """
+    workload: Workload | None = None
+    faults: FaultInjector | None = None
+    scenario: Scenario | None = None
+    seed = 0
+    what = ""
+    if options.workload is not None:
+        workload = import_workload(options.workload)
+        what = options.workload
+    elif options.scenario is not None:
+        scenario = load_scenario(options.scenario)
+        faults = FaultInjector(scenario.faults) if scenario.faults is not None else None
+        workload = scenario_workload(scenario, passes=options.passes)
+        seed, what = scenario.spec.seed, scenario.name
+    record = options.traces is not None
+    engine = Engine(options.manifests, watch=True, rng=random.Random(seed), faults=faults, record=record)
+    if options.workload is None:
+        for name, fn in DEMO_TOOLS.items():
+            engine.register(name, fn)
+    if scenario is not None:
+        scenario.check(engine.tools)
+    recorder = None
+    if options.traces is not None:
+        store = TraceStore(options.traces)
+        # Batches: the engine never waits for the disk; the console reads what is committed.
+        recorder = TraceRecorder(store, durability="batch").attach(engine)
+    parts = [what, f"{options.manifests}/"]
+    if options.traces is not None:
+        parts.append(f"recording {options.traces}")
+    host = EngineHost(
+        engine, workload, description=" · ".join(p for p in parts if p), read_only=options.read_only,
+        recorder=recorder,
+    )  # fmt: skip
+    host.start()
+    return ConsoleApp(host, refresh_hz=options.refresh_hz, freeze_gc=True)

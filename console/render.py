@@ -1,0 +1,133 @@
+"""How figures read on screen: durations, percentages, countdowns, sparklines, state words.
+
+Plain functions of plain values, shared by every widget, so the board, the tool detail and a
+replay all spell a thing the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from engine.breaker import BreakerState
+
+BARS = " ▁▂▃▄▅▆▇█"
+
+STATE_WORDS: dict[BreakerState, str] = {
+    BreakerState.CLOSED: "CLOSED",
+    BreakerState.OPEN: "OPEN",
+    BreakerState.HALF_OPEN: "HALF_OPEN",
+    BreakerState.FORCED_OPEN: "FORCED_OPEN",
+    BreakerState.DISABLED: "DISABLED",
+}
+"""Every state is spelled out: colour is never the only carrier."""
+
+STATE_CLASS: dict[BreakerState, str] = {
+    BreakerState.CLOSED: "closed",
+    BreakerState.OPEN: "open",
+    BreakerState.HALF_OPEN: "half-open",
+    BreakerState.FORCED_OPEN: "forced-open",
+    BreakerState.DISABLED: "disabled",
+}
+"""The CSS class suffix of a state: colours come from the theme ($success, $warning, $error)."""
+
+STATE_GLYPH: dict[BreakerState, str] = {
+    BreakerState.CLOSED: "●",
+    BreakerState.OPEN: "●",
+    BreakerState.HALF_OPEN: "◐",
+    BreakerState.FORCED_OPEN: "■",
+    BreakerState.DISABLED: "○",
+}
+
+
+def duration(ms: float | None) -> str:
+    """``850ms``, ``2.1s``, ``4m05s``; ``—`` when unknown."""
+    if ms is None:
+        return "—"
+    if ms < 1:
+        return f"{ms:.2f}ms"
+    if ms < 1000:
+        return f"{ms:.0f}ms"
+    seconds = ms / 1000
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, rest = divmod(int(seconds), 60)
+    return f"{minutes}m{rest:02d}s"
+
+
+def countdown(seconds: float) -> str:
+    """Time left, whole seconds rounded up (``in 7s``, ``in 1m05s``); ``now`` at zero."""
+    if seconds <= 0:
+        return "now"
+    whole = int(-(-seconds // 1))
+    if whole < 60:
+        return f"in {whole}s"
+    minutes, rest = divmod(whole, 60)
+    return f"in {minutes}m{rest:02d}s"
+
+
+def percent(value: float | None) -> str:
+    return "—" if value is None else f"{value:.1f}%"
+
+
+def error_level(value: float | None) -> str:
+    """Hystrix's error-% thresholds (10, 35, 50 %): ok, notice, warn, bad."""
+    if value is None or value < 10:
+        return "ok"
+    if value < 35:
+        return "notice"
+    if value < 50:
+        return "warn"
+    return "bad"
+
+
+def rate(per_second: float) -> str:
+    if per_second == 0:
+        return "0"
+    if per_second < 10:
+        return f"{per_second:.1f}"
+    return f"{per_second:,.0f}"
+
+
+def count(n: int) -> str:
+    return f"{n:,}"
+
+
+def sparkline(values: Sequence[int], width: int) -> str:
+    """``values`` in ``width`` bars scaled to their maximum (blank when all are zero).
+
+    More values than bars are summed in equal groups, the newest group last, so two minutes of
+    one-second counts fit any width.
+    """
+    if width <= 0:
+        return ""
+    group = max(1, -(-len(values) // width))
+    newest = list(values[-group * width :])
+    newest = [0] * (group * width - len(newest)) + newest
+    tail = [sum(newest[i : i + group]) for i in range(0, len(newest), group)]
+    peak = max(tail, default=0)
+    if peak <= 0:
+        return " " * width
+    top = len(BARS) - 1
+    # A non-zero value always shows at least the lowest bar.
+    return "".join(BARS[0] if v <= 0 else BARS[max(1, round(v / peak * top))] for v in tail)
+
+
+def gauge(fraction: float, width: int) -> str:
+    """A bar ``width`` cells wide, ``fraction`` (0–1) of it filled."""
+    filled = round(max(0.0, min(1.0, fraction)) * width)
+    return "█" * filled + "░" * (width - filled)
+
+
+def short_digest(digest: str | None) -> str:
+    return (digest or "")[:8] or "—"
+
+
+def middle_truncate(text: str, width: int) -> str:
+    """Hystrix truncates long names in the middle: ``flight_s…backup``."""
+    if len(text) <= width:
+        return text
+    if width <= 1:
+        return text[:width]
+    head = (width - 1) // 2 + (width - 1) % 2
+    tail = width - 1 - head
+    return f"{text[:head]}…{text[len(text) - tail :] if tail else ''}"

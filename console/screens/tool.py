@@ -1,0 +1,169 @@
+"""One tool in detail: state history, retry timeline, in-flight countdowns, policy, recent errors."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.content import Content
+from textual.widgets import DataTable, Static
+
+from console import render
+from console.model import Changes, InFlight, ManifestView, ToolView
+from console.screens.base import ConsoleScreen
+from console.widgets.timeline import RetryTimeline
+
+
+def policy_lines(manifest: ManifestView | None) -> list[str]:
+    """The effective policy, as an operator reads it."""
+    if manifest is None:
+        return ["no manifest: the defaults apply"]
+    c: Mapping[str, Any] = manifest.content
+    retry: Mapping[str, Any] = c.get("retry_policy") or {}
+    breaker: Mapping[str, Any] = c.get("circuit_breaker") or {}
+    lines = [
+        f"timeout      {render.duration(c.get('timeout_ms'))} per attempt",
+        f"retry        {retry.get('max_attempts', '?')} attempts, {retry.get('strategy', '?')},"
+        f" {render.duration(retry.get('initial_delay_ms'))} ×{retry.get('multiplier', '?')}"
+        f" up to {render.duration(retry.get('max_delay_ms'))}, ±{retry.get('jitter_percent', '?')}%",
+        f"budget       {render.duration(retry.get('max_total_time_ms'))} for all retries",
+        f"breaker      opens after {breaker.get('failure_threshold', '?')} transient failures,"
+        f" half-opens after {render.duration(breaker.get('timeout_ms'))},"
+        f" closes after {breaker.get('success_threshold', '?')} probe(s)",
+        f"side effect  {c.get('side_effect', '?')}"
+        + (" (retried after ambiguous failures)" if c.get("retry_ambiguous") else ""),
+    ]
+    if c.get("alternatives"):
+        lines.append(f"alternatives {', '.join(c['alternatives'])}")
+    for override in c.get("classification") or ():
+        what = ", ".join(f"{k}={v}" for k, v in override.items() if k != "treat_as" and v is not None)
+        lines.append(f"override     {what} → {override.get('treat_as')}")
+    lines.append(f"manifest     v{manifest.version} {render.short_digest(manifest.digest)} · {manifest.path}")
+    return lines
+
+
+def in_flight_lines(in_flight: Mapping[Any, InFlight], now: float) -> list[Content]:
+    if not in_flight:
+        return [Content.styled("nothing in flight", "$foreground-muted")]
+    lines = []
+    for f in sorted(in_flight.values(), key=lambda f: f.deadline):
+        total = max(f.deadline - f.started, 1e-9)
+        left = max(f.deadline - now, 0.0)
+        where = f"{f.turn_id.rsplit('/', 1)[-1]}/{f.call_id}" if f.turn_id else f.call_id
+        probe = " probe" if f.probe else ""
+        style = "$error" if left < total * 0.2 else "$warning" if left < total * 0.5 else "$success"
+        lines.append(
+            Content.assemble(
+                f"{render.middle_truncate(where, 22):<22} #{f.attempt}{probe:<6} ",
+                (render.gauge(left / total, 20), style),
+                f" {left:5.1f}s left of {render.duration(total * 1000)}",
+            )
+        )
+    return lines
+
+
+def _clock(at: float) -> str:
+    return datetime.fromtimestamp(at).strftime("%H:%M:%S")
+
+
+class ToolScreen(ConsoleScreen):
+    """Pushed from the board with ``enter``; ``esc`` goes back."""
+
+    BINDINGS = [Binding("escape", "app.pop_screen", "Back")]
+    DEFAULT_CSS = """
+    ToolScreen #headline { height: auto; padding: 0 1; text-style: bold; }
+    ToolScreen #columns { height: 1fr; }
+    ToolScreen #left { width: 3fr; }
+    ToolScreen #right { width: 2fr; }
+    ToolScreen .section { height: auto; padding: 0 1; margin-bottom: 1; }
+    ToolScreen .title { color: $accent; text-style: bold; padding: 0 1; }
+    ToolScreen DataTable { height: auto; max-height: 14; margin: 0 1 1 1; scrollbar-size-horizontal: 0; }
+    """
+
+    def __init__(self, tool_id: str) -> None:
+        super().__init__()
+        self.tool_id = tool_id
+        self._shown_version = -1
+
+    def compose_body(self) -> ComposeResult:
+        yield Static(id="headline")
+        with Horizontal(id="columns"):
+            with VerticalScroll(id="left"):
+                yield Static("Retry timeline", classes="title")
+                yield RetryTimeline(classes="section", id="timeline")
+                yield Static("In flight", classes="title")
+                yield Static(id="in-flight", classes="section")
+                yield Static("Recent errors", classes="title")
+                yield DataTable(id="errors", cursor_type="row", zebra_stripes=True)
+            with VerticalScroll(id="right"):
+                yield Static("Policy", classes="title")
+                yield Static(id="policy", classes="section", markup=False)
+                yield Static("State history", classes="title")
+                yield DataTable(id="history", cursor_type="row", zebra_stripes=True)
+
+    def on_mount(self) -> None:
+        self.query_one("#errors", DataTable).add_columns("time", "call", "#", "kind", "then", "reason")
+        self.query_one("#history", DataTable).add_columns("time", "from", "to", "by", "reason")
+
+    def selected_tools(self) -> list[str]:
+        return [self.tool_id]
+
+    def show(self, changes: Changes, now: float, *, full: bool = False) -> None:
+        view = self.console_app.model.tools.get(self.tool_id)
+        if view is None:
+            self.query_one("#headline", Static).update(f"{self.tool_id}: unknown tool")
+            return
+        self.query_one("#headline", Static).update(self._headline(view, now))
+        self.query_one("#in-flight", Static).update(Content("\n").join(in_flight_lines(view.in_flight, now)))
+        if not full and view.version == self._shown_version:
+            if view.in_flight:  # running calls grow along the time axis
+                self.query_one(RetryTimeline).show(view.timelines(), now)
+            return
+        self._shown_version = view.version
+        self.query_one(RetryTimeline).show(view.timelines(), now)
+        self.query_one("#policy", Static).update("\n".join(policy_lines(view.manifest)))
+        self._errors(view)
+        self._history(view)
+
+    def _headline(self, view: ToolView, now: float) -> Content:
+        row = view.row(now)
+        state_style = {
+            "closed": "$success", "open": "bold $error", "half-open": "bold $warning",
+            "forced-open": "bold reverse $error", "disabled": "$foreground-muted",
+        }[render.STATE_CLASS[row.state]]  # fmt: skip
+        threshold = f"/{row.failure_threshold}" if row.failure_threshold else ""
+        parts: list[str | tuple[str, str]] = [
+            (self.tool_id, "bold"),
+            "  ",
+            (f"{render.STATE_GLYPH[row.state]} {render.STATE_WORDS[row.state]}", state_style),
+            f"   fails {row.consecutive_failures}{threshold}",
+        ]
+        if row.half_open_at is not None:
+            parts.append((f"  half-open {render.countdown(row.half_open_at - now)}", "bold $warning"))
+        life = row.stats.life
+        parts.append(
+            f"  ·  {render.rate(row.rate)}/s  err {render.percent(row.error_percent)}"
+            f"  p50 {render.duration(row.p50_ms)} p99 {render.duration(row.p99_ms)}"
+            f"  ·  since start ✓{life.successes} ✗{life.failures} ◷{life.timeout_count}"
+            f" ⊘{life.rejections} ↷{life.skipped} ↻{life.retry_count}"
+        )
+        return Content.assemble(*parts)
+
+    def _errors(self, view: ToolView) -> None:
+        table = self.query_one("#errors", DataTable)
+        table.clear()
+        for e in reversed(view.errors):
+            where = f"{e.turn_id.rsplit('/', 1)[-1]}/{e.call_id}" if e.turn_id else e.call_id
+            status = f" {e.status_code}" if e.status_code else ""
+            kind = f"{e.kind}{status} ({e.error_class})"
+            table.add_row(_clock(e.at), where, str(e.attempt), kind, e.decision, e.reason)
+
+    def _history(self, view: ToolView) -> None:
+        table = self.query_one("#history", DataTable)
+        table.clear()
+        for tr in reversed(view.history):
+            table.add_row(_clock(tr.at), str(tr.from_state), str(tr.to_state), tr.actor, tr.reason)

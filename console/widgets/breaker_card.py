@@ -1,0 +1,82 @@
+"""``BreakerCard``: one tool as a Hystrix-style tile, for boards of a few tools."""
+
+from __future__ import annotations
+
+from textual.content import Content
+from textual.widgets import Static
+
+from console import render
+from console.model import BoardRow
+
+CARD_WIDTH = 38
+
+
+class BreakerCard(Static):
+    """Name on the top border, state (and the half-open countdown) on the bottom one; inside,
+    the sparkline with rate and error %, the rolling counts, failures and latency::
+
+        ╭ flight_search ─────────────────────╮
+        │ ▁▂▃▅▇█▇▅▃▂▁▁▁▁   1.2/s  err 63.2%  │
+        │ ✓12 ✗3 ◷0 ⊘5 ↷1                    │
+        │ fails 5/5   p50 120ms  p99 2.1s    │
+        ╰─────────── ● OPEN · half-open in 27s ╯
+    """
+
+    DEFAULT_CSS = """
+    BreakerCard {
+        width: 38;
+        height: 5;
+        padding: 0 1;
+        border: round $success;
+        border-title-color: $foreground;
+        border-subtitle-style: bold;
+        &.-closed { border: round $success; border-subtitle-color: $success; }
+        &.-open { border: heavy $error; border-subtitle-color: $error; }
+        &.-half-open { border: heavy $warning; border-subtitle-color: $warning; }
+        &.-forced-open {
+            border: double $error; border-subtitle-color: $error; border-subtitle-style: bold reverse;
+        }
+        &.-disabled { border: dashed $foreground-muted; border-subtitle-color: $foreground-muted; }
+        &.-selected { background: $boost; }
+        &.-marked { border-title-style: bold reverse; }
+    }
+    """
+
+    def __init__(self, tool_id: str) -> None:
+        super().__init__(id=None, markup=False)
+        self.tool_id = tool_id
+        self.border_title = render.middle_truncate(tool_id, CARD_WIDTH - 16)
+        self._shown: tuple[object, ...] | None = None
+
+    def show(self, row: BoardRow, now: float, *, selected: bool, marked: bool) -> None:
+        half_open = render.countdown(row.half_open_at - now) if row.half_open_at is not None else ""
+        key = (row, half_open, selected, marked)
+        if key == self._shown:
+            return
+        self._shown = key
+        for state_class in render.STATE_CLASS.values():
+            self.set_class(state_class == render.STATE_CLASS[row.state], f"-{state_class}")
+        self.set_class(selected, "-selected")
+        self.set_class(marked, "-marked")
+        subtitle = f"{render.STATE_GLYPH[row.state]} {render.STATE_WORDS[row.state]}"
+        self.border_subtitle = f"{subtitle} · half-open {half_open}" if half_open else subtitle
+        w = row.window
+        threshold = f"/{row.failure_threshold}" if row.failure_threshold else ""
+        level = render.error_level(row.error_percent)
+        error_style = {"ok": "", "notice": "$text-warning", "warn": "$warning", "bad": "bold $error"}[level]
+        lines = [
+            Content.assemble(
+                (render.sparkline(row.spark, 12), "$primary"),
+                f" {render.rate(row.rate):>5}/s  err ",
+                (render.percent(row.error_percent), error_style),
+            ),
+            Content(f"✓{w.successes} ✗{w.failures} ◷{w.timeout_count} ⊘{w.rejections} ↷{w.skipped}"),
+            Content.assemble(
+                (
+                    f"fails {row.consecutive_failures}{threshold}",
+                    "" if row.consecutive_failures else "$foreground-muted",
+                ),
+                f"   p50 {render.duration(row.p50_ms)}  p99 {render.duration(row.p99_ms)}",
+            ),
+        ]
+        self.update(Content("\n").join(lines))

@@ -1,0 +1,104 @@
+"""``RetryTimeline``: a tool's recent calls on a time axis — attempts, backoff gaps, outcomes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from textual.content import Content
+from textual.widgets import Static
+
+from console import render
+from console.model import CallTimeline
+
+LABEL_WIDTH = 22
+SUMMARY_WIDTH = 30
+
+_ATTEMPT_STYLE = {
+    "ok": "$success",
+    "error": "$error",
+    "timeout": "$warning",
+    "cut": "$foreground-muted",
+    "running": "$primary",
+}
+_OUTCOME_MARK = {
+    "succeeded": ("✓", "$success"),
+    "partial": ("◑", "$warning"),
+    "failed": ("✗", "$error"),
+    "rejected": ("⊘", "$secondary"),
+    "cut": ("✂", "$foreground-muted"),
+    "running": ("…", "$primary"),
+}
+
+
+def timeline_lines(calls: Sequence[CallTimeline], now: float, width: int) -> list[Content]:
+    """One line per call, newest last, on a shared axis as long as the longest call:
+    ``█`` attempts coloured by outcome, ``·`` backoff gaps, then the outcome and a summary."""
+    axis = max(8, width - LABEL_WIDTH - SUMMARY_WIDTH - 5)  # 5: the gaps and the outcome mark
+    span = max(((c.end if c.end is not None else now) - c.start for c in calls), default=0.0)
+    scale = axis / span if span > 0 else 0.0
+    lines = []
+    for call in calls:
+        cells: list[tuple[str, str]] = [(" ", "")] * axis
+        end = call.end if call.end is not None else now
+        gap_from: int | None = None
+        for attempt in call.attempts:
+            first = _cell(attempt.start - call.start, scale, axis)
+            last = _cell((attempt.end if attempt.end is not None else end) - call.start, scale, axis)
+            if gap_from is not None:
+                for i in range(gap_from, first):
+                    cells[i] = ("·", "$foreground-muted")
+            for i in range(first, last + 1):
+                cells[i] = ("█", _ATTEMPT_STYLE.get(attempt.outcome, ""))
+            gap_from = last + 1
+        mark, mark_style = _OUTCOME_MARK.get(call.outcome, ("?", ""))
+        where = f"{call.turn_id.rsplit('/', 1)[-1]}/{call.call_id}" if call.turn_id else call.call_id
+        attempts = len(call.attempts)
+        summary = f"{attempts} att · {render.duration((end - call.start) * 1000)}"
+        if call.attempts and call.attempts[-1].kind and call.outcome not in ("succeeded", "running"):
+            summary += f" · {call.attempts[-1].kind}"
+        lines.append(
+            Content.assemble(
+                render.middle_truncate(where, LABEL_WIDTH).ljust(LABEL_WIDTH),
+                " ",
+                *cells,
+                " ",
+                (mark, mark_style),
+                (" " + render.middle_truncate(summary, SUMMARY_WIDTH), "$foreground-muted"),
+            )
+        )
+    return lines
+
+
+def _cell(offset_s: float, scale: float, axis: int) -> int:
+    return max(0, min(axis - 1, int(offset_s * scale)))
+
+
+class RetryTimeline(Static):
+    """Recent calls of one tool, oldest first; redrawn to the new width on resize."""
+
+    DEFAULT_CSS = """
+    RetryTimeline { height: auto; min-height: 3; }
+    """
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self._calls: Sequence[CallTimeline] = ()
+        self._now = 0.0
+
+    def show(self, calls: Sequence[CallTimeline], now: float) -> None:
+        self._calls, self._now = calls, now
+        if not calls:
+            self.update(Content.styled("no calls yet", "$foreground-muted"))
+            return
+        legend = Content.assemble(
+            ("attempts ", "$foreground-muted"), ("█", "$success"), " ok  ", ("█", "$error"), " error  ",
+            ("█", "$warning"), " timeout  ", ("█", "$foreground-muted"), " cut off  ",
+            ("·", "$foreground-muted"), " backoff\n",
+            ("calls    ", "$foreground-muted"), "✓ succeeded  ✗ failed  ⊘ rejected  ✂ cut off",
+        )  # fmt: skip
+        width = self.content_size.width or self.app.size.width // 2
+        self.update(Content("\n").join([*timeline_lines(calls, now, width), legend]))
+
+    def on_resize(self) -> None:
+        if self._calls:
+            self.show(self._calls, self._now)

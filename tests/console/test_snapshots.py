@@ -1,0 +1,130 @@
+"""What the console looks like: SVG snapshots of each view, from the live demo on a frozen clock.
+
+The data are the real engine events of one pass of ``manifests/demo/live.yaml`` played on a
+virtual clock, cut at a moment when a breaker is open and a call is waiting on its timeout;
+the console's clock is frozen there. Review changes with ``pytest --snapshot-report`` and
+accept them with ``--snapshot-update``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from textual.pilot import Pilot
+
+from console.app import ConsoleApp
+from tests.console import factory as f
+from tests.console.demo_feed import events_until, live_demo, start_of
+from tests.console.fakes import FakeLink
+
+SIZE = (130, 36)
+
+
+@pytest.fixture(autouse=True)
+def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Times of day render in the local zone: pin it."""
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def demo_app(at: float, *, read_only: bool = False) -> tuple[ConsoleApp, Callable[[Pilot[Any]], Any]]:
+    """The console on the demo as it stood at engine time ``at``."""
+    seeds, _ = live_demo()
+    link = FakeLink(seeds, clock=at, read_only=read_only, description="travel agent, live · manifests/")
+    app = ConsoleApp(link, actor="operator:test", live=False)
+
+    async def feed(pilot: Pilot[Any]) -> None:
+        link.emit(*events_until(at))
+        app.flush()
+        await pilot.pause()
+
+    return app, feed
+
+
+MID_OUTAGE = start_of("hotel-slow") + 12.0
+"""flight_search is OPEN (half-opening soon), hotel_search is 12 s into its 30 s timeout."""
+
+
+def test_board_cards(snap_compare: Any) -> None:
+    app, feed = demo_app(MID_OUTAGE)
+    assert snap_compare(app, terminal_size=SIZE, run_before=feed)
+
+
+def test_board_table(snap_compare: Any) -> None:
+    app, feed = demo_app(MID_OUTAGE)
+    assert snap_compare(app, press=["v"], terminal_size=SIZE, run_before=feed)
+
+
+def test_tool_detail(snap_compare: Any) -> None:
+    app, feed = demo_app(MID_OUTAGE)
+
+    async def open_flight_search(pilot: Pilot[Any]) -> None:
+        await feed(pilot)
+        app.open_tool("flight_search")
+        await pilot.pause()
+        app.flush()
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=open_flight_search)
+
+
+def test_hotel_timeout_countdown(snap_compare: Any) -> None:
+    app, feed = demo_app(MID_OUTAGE)
+
+    async def open_hotels(pilot: Pilot[Any]) -> None:
+        await feed(pilot)
+        app.open_tool("hotel_search")
+        await pilot.pause()
+        app.flush()
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=open_hotels)
+
+
+def test_dependencies_of_a_degraded_turn(snap_compare: Any) -> None:
+    app, feed = demo_app(start_of("recovered") - 0.5)  # hotel-slow has just ended
+    assert snap_compare(app, press=["2"], terminal_size=SIZE, run_before=feed)
+
+
+def test_confirm_trip(snap_compare: Any) -> None:
+    app, feed = demo_app(MID_OUTAGE)
+    assert snap_compare(app, press=["right", "right", "right", "t"], terminal_size=SIZE, run_before=feed)
+
+
+def test_manifests_with_a_refused_file(snap_compare: Any) -> None:
+    app, feed = demo_app(MID_OUTAGE)
+
+    async def refuse(pilot: Pilot[Any]) -> None:
+        await feed(pilot)
+        assert isinstance(app.link, FakeLink)
+        app.link.emit(
+            f.manifest_loaded("hotel_search", MID_OUTAGE - 5, version=8, digest="9f2c4e1aa0", previous="x",
+                              path="manifests/hotel_search.yaml"),
+            f.manifest_rejected(
+                "manifests/flight_search.yaml", MID_OUTAGE - 1,
+                "manifests/flight_search.yaml:4: tool.timeout_ms: Input should be greater than 0",
+                kept=app.model.tools["flight_search"].manifest.digest,  # type: ignore[union-attr]
+            ),
+        )  # fmt: skip
+        app.flush()
+        await pilot.press("3")
+        app.flush()
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=refuse)
+
+
+def test_paused_read_only_events(snap_compare: Any) -> None:
+    app, feed = demo_app(MID_OUTAGE, read_only=True)
+
+    async def pause_then_more(pilot: Pilot[Any]) -> None:
+        await feed(pilot)
+        await pilot.press("4", "p")
+        assert isinstance(app.link, FakeLink)
+        app.link.emit(f.opened("custom_api", MID_OUTAGE), f.opened("compare_prices", MID_OUTAGE))
+        app.flush()
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=pause_then_more)
