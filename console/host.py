@@ -63,11 +63,13 @@ class EngineLink(Protocol):
 
 
 def seeds_of(engine: Engine) -> list[ToolSeed]:
-    """Each tool's breaker and manifest as they are now (call on the engine's loop)."""
+    """Each tool's breaker and manifest as they are now (call on the engine's loop): the
+    registered tools, then those with a manifest that are not registered yet (a workload
+    registers its tools when it starts; their breakers start closed)."""
+    entries = engine.manifests.entries
     seeds = []
-    for tool_id in engine.tool_ids:
-        breaker = engine.breaker(tool_id)
-        entry = engine.manifests.entries.get(tool_id)
+    for tool_id in [*engine.tool_ids, *(t for t in entries if t not in engine.tool_ids)]:
+        entry = entries.get(tool_id)
         if entry is not None:
             content = entry.manifest.model_dump(mode="json")
             manifest = ManifestView(entry.digest, entry.version, entry.path, entry.loaded_at, content)
@@ -75,8 +77,13 @@ def seeds_of(engine: Engine) -> list[ToolSeed]:
             manifest = ManifestView(
                 "", 0, "(defaults)", 0.0, engine.manifest(tool_id).model_dump(mode="json")
             )
-        state = ToolSeed(tool_id, breaker.state, breaker.consecutive_failures, breaker.half_open_at, manifest)
-        seeds.append(state)
+        if tool_id not in engine.tool_ids:
+            seeds.append(ToolSeed(tool_id, manifest=manifest))
+            continue
+        breaker = engine.breaker(tool_id)
+        seeds.append(
+            ToolSeed(tool_id, breaker.state, breaker.consecutive_failures, breaker.half_open_at, manifest)
+        )
     return seeds
 
 

@@ -23,11 +23,12 @@ from typing import TYPE_CHECKING, Any, Protocol, Self
 
 import anyio
 from anyio import CancelScope, current_time
+from anyio.abc import TaskGroup
 
 from engine.breaker import AttemptOutcome, BreakerState, CircuitBreaker, Transition
 from engine.bus import EventBus, Subscriber
 from engine.classify import Classification, Rule, classify
-from engine.clock import backend_cancel_scope, backend_clock
+from engine.clock import backend_cancel_scope, backend_clock, backend_task_group
 from engine.errors import ToolError, jsonable
 from engine.events import (
     AlternativeUsed,
@@ -168,6 +169,10 @@ class _CallRun:
     handler: HandlerLike | None
 
 
+_Cause = tuple[list[Event] | None, str | None, str | None]
+"""The call behind a breaker operation: its turn's trace, call id and turn id."""
+_NO_CAUSE: _Cause = (None, None, None)
+
 _CIRCUIT_OPEN = Classification(
     ErrorKind.CIRCUIT_OPEN, ErrorClass.TRANSIENT, False, Rule.TOOL_ERROR,
     "rejected by an open circuit breaker; no attempt was made",
@@ -221,12 +226,13 @@ class Engine:
         self._call_ids = itertools.count(1)
         # The call whose breaker operation is under way: its trace gets the transition, and the
         # transition names it. Set only around breaker operations, which never await.
-        self._trace_sink: list[Event] | None = None
-        self._cause: str | None = None
-        self._cause_turn: str | None = None
+        self._cause: _Cause | None = None
         self._timer_wakeup: anyio.Event | None = None
         self.timeouts = TimeoutSupervisor()
-        self._now: Callable[[], float] = current_time
+        self.clock: Callable[[], float] = current_time
+        """Engine time: ``anyio.current_time``, or the same clock read directly while the engine runs."""
+        self.new_task_group: Callable[[], TaskGroup] = anyio.create_task_group
+        """Makes turns' task groups: the running backend's own factory while the engine runs."""
         self._new_scope: Callable[[], CancelScope] = CancelScope
         self._stack: AsyncExitStack | None = None
 
@@ -325,7 +331,8 @@ class Engine:
             self._tools[tr.tool_id].metrics.on_breaker_opened(tr.t)
             if self._timer_wakeup is not None:
                 self._timer_wakeup.set()
-        if not self._bus.active and self._trace_sink is None:
+        trace, call_id, turn_id = self._cause or _NO_CAUSE
+        if not self._bus.active and trace is None:
             return
         event_type = breaker_event_type(tr.to_state, tr.actor)
         self.publish(
@@ -339,10 +346,10 @@ class Engine:
                 actor=tr.actor,
                 consecutive_failures=tr.consecutive_failures,
                 half_open_at=tr.half_open_at,
-                call_id=self._cause,
-                turn_id=self._cause_turn,
+                call_id=call_id,
+                turn_id=turn_id,
             ),
-            self._trace_sink,
+            trace,
         )
 
     # --- operator controls ---------------------------------------------------------------
@@ -424,17 +431,18 @@ class Engine:
         tool = self._tools.get(tool_id)
         if tool is None:
             return self._unknown_tool(tool_id, args, call_id, turn_id, trace)
+        cause = (trace, call_id, turn_id)
         breaker = tool.breaker
         metrics = tool.metrics
-        clock = self._now
+        clock = self.clock
         start = now = clock()
         metrics.on_call(now)
         if trace is None:
             permit = breaker.acquire(now)
         else:  # a transition here belongs in the turn's trace too
-            self._trace_sink, self._cause, self._cause_turn = trace, call_id, turn_id
+            self._cause = cause
             permit = breaker.acquire(now)
-            self._trace_sink = self._cause = self._cause_turn = None
+            self._cause = None
         manifest = tool.manifest  # in force for the whole call, even across reloads
         if permit is None:
             rejected = self._rejected(tool, args, ctx, call_id, turn_id, trace, now)
@@ -506,9 +514,9 @@ class Engine:
                 if trace is None:
                     breaker.record(permit, AttemptOutcome.SUCCEEDED, now)
                 else:
-                    self._trace_sink, self._cause, self._cause_turn = trace, call_id, turn_id
+                    self._cause = cause
                     breaker.record(permit, AttemptOutcome.SUCCEEDED, now)
-                    self._trace_sink = self._cause = self._cause_turn = None
+                    self._cause = None
                 metrics.on_success(now, now - attempt_start, retried=attempt > 1)
                 if observed:
                     succeeded = CallSucceeded(
@@ -534,16 +542,17 @@ class Engine:
                         trace,
                     )  # fmt: skip
             classification = classify(error, manifest, now=self.wall_clock)
-            self._trace_sink, self._cause, self._cause_turn = trace, call_id, turn_id
+            self._cause = cause
             breaker.record(permit, _outcome(classification), now)
-            self._trace_sink = self._cause = self._cause_turn = None
+            self._cause = None
             metrics.on_attempt_failed(
                 now, now - attempt_start, transient=classification.transient,
                 timed_out=classification.kind is ErrorKind.TIMEOUT,
             )  # fmt: skip
             if run is None:
                 run = _CallRun(tool, manifest, args, ctx, call_id, turn_id, trace, start, handler)
-            decided = self._decide(run, error, classification, attempt, now)
+            partial_result = _partial_result_of(error)
+            decided = self._decide(run, error, classification, attempt, now, partial_result)
             if observed:
                 self.publish(
                     AttemptFailed(
@@ -557,7 +566,8 @@ class Engine:
                         delay_ms=decided.delay_s * 1000.0 if decided.decision is Decision.RETRY else None,
                         latency_ms=(now - attempt_start) * 1000.0, fault_type=fault_type,
                         retryable=classification.retryable, retry_after_s=classification.retry_after_s,
-                        has_partial=_partial_result_of(error) is not MISSING,
+                        has_partial=partial_result is not MISSING,
+                        consecutive_failures=breaker.consecutive_failures,
                     ),
                     trace,
                 )  # fmt: skip
@@ -566,9 +576,9 @@ class Engine:
             if decided.delay_s > 0:
                 await anyio.sleep(decided.delay_s)
             now = clock()
-            self._trace_sink, self._cause, self._cause_turn = trace, call_id, turn_id
+            self._cause = cause
             permit = breaker.acquire(now)
-            self._trace_sink = self._cause = self._cause_turn = None
+            self._cause = None
             if permit is None:
                 reason = f"retry short-circuited: {breaker.rejection_reason()}"
                 shorted = HandlerDecision(Decision.ESCALATE, reason)
@@ -612,17 +622,22 @@ class Engine:
         classification: Classification,
         attempt: int,
         now: float,
+        partial_result: Any,
     ) -> HandlerDecision:
+        """Ask the handler what to do about a failure; ``partial_result`` is what ``error`` carries."""
         ctx, manifest, tool = run.ctx, run.manifest, run.tool
         elapsed_s = now - run.start
         deadline = ctx.deadline if ctx is not None else None
         remaining = deadline - now if deadline is not None else None
         if classification.retryable:
+            policy = manifest.retry_policy
+            # A call's own Random costs ~5 µs to seed, and the policy draws from it only to jitter.
+            rng = ctx.rng(self.rng) if ctx is not None and policy.jitter_percent else self.rng
             plan = plan_retry(
-                manifest.retry_policy,
+                policy,
                 attempts_made=attempt,
                 elapsed_s=elapsed_s,
-                rng=ctx.rng(self.rng) if ctx is not None else self.rng,
+                rng=rng,
                 retry_after_s=classification.retry_after_s,
                 remaining_s=remaining,
             )
@@ -643,7 +658,7 @@ class Engine:
             optional=ctx.optional if ctx is not None else False,
             dependants=ctx.dependants if ctx is not None else (),
             alternatives=self._available_alternatives(manifest, ctx, now),
-            partial_result=_partial_result_of(error),
+            partial_result=partial_result,
         )
         return self._ask_handler(failure, as_handler(run.handler) or self.handler, ctx, now)
 
@@ -808,7 +823,7 @@ class Engine:
     async def _after_rejection(self, run: _CallRun, rejected: CallResult, now: float) -> CallResult:
         """Let the handler decide about a rejection: it may route the call to an alternative."""
         assert rejected.error is not None
-        decided = self._decide(run, rejected.error, _CIRCUIT_OPEN, 0, now)
+        decided = self._decide(run, rejected.error, _CIRCUIT_OPEN, 0, now, _partial_result_of(rejected.error))
         if decided.decision is Decision.ALTERNATIVE and decided.alternative is not None:
             return await self._use_alternative(run, decided, now)
         rejected.decision, rejected.reason = decided.decision, decided.reason
@@ -841,9 +856,11 @@ class Engine:
     async def __aenter__(self) -> Self:
         try:
             async with AsyncExitStack() as stack:  # unwound if any service fails to start
-                self._now, self._new_scope = backend_clock(), backend_cancel_scope()
-                stack.callback(setattr, self, "_now", current_time)
+                self.clock, self._new_scope = backend_clock(), backend_cancel_scope()
+                self.new_task_group = backend_task_group()
+                stack.callback(setattr, self, "clock", current_time)
                 stack.callback(setattr, self, "_new_scope", CancelScope)
+                stack.callback(setattr, self, "new_task_group", anyio.create_task_group)
                 task_group = await stack.enter_async_context(anyio.create_task_group())
                 stack.callback(self._bus.flush, 5.0)
                 stack.callback(task_group.cancel_scope.cancel)

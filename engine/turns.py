@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 import anyio
-from anyio import current_time
 
 from engine.engine import CallContext
 from engine.errors import jsonable
@@ -75,6 +75,12 @@ class Turn:
     """Call id → the calls that depend on it, in turn order."""
     ranks: Mapping[str, tuple[int, int]] = field(init=False, repr=False, compare=False)
     """Call id → (dependency depth, position): the canonical order of simultaneous events."""
+    ids: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    """The call ids, in turn order."""
+    roots: tuple[ToolCall, ...] = field(init=False, repr=False, compare=False)
+    """The calls without dependencies, in turn order: they start with the turn."""
+    blockers: Mapping[str, int] = field(init=False, repr=False, compare=False)
+    """Call id → how many distinct dependencies it waits for (calls that have any)."""
     _spec: dict[str, Any] | None = field(init=False, default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -83,11 +89,18 @@ class Turn:
         if problems := _structure_problems(self):
             raise TurnError(problems)
         dependants: dict[str, list[str]] = {c.id: [] for c in calls}
+        blockers: dict[str, int] = {}
         for call in calls:
-            for dep in call.depends_on:
+            distinct = dict.fromkeys(call.depends_on)  # a dependency named twice is waited for once
+            for dep in distinct:
                 dependants[dep].append(call.id)
+            if distinct:
+                blockers[call.id] = len(distinct)
         object.__setattr__(self, "by_id", {c.id: c for c in calls})
         object.__setattr__(self, "dependants", {cid: tuple(ds) for cid, ds in dependants.items()})
+        object.__setattr__(self, "ids", tuple(c.id for c in calls))
+        object.__setattr__(self, "roots", tuple(c for c in calls if not c.depends_on))
+        object.__setattr__(self, "blockers", blockers)
         depth: dict[str, int] = {}
         for call in calls:  # no cycles (checked above), so this terminates
             depth[call.id] = _depth(call.id, self.by_id, depth)
@@ -239,11 +252,15 @@ class TurnResult:
     @property
     def outcome(self) -> str:
         """One word for the whole turn: ok, degraded, failed, timed_out or canceled."""
+        return self._outcome(self.executed)
+
+    def _outcome(self, executed: int) -> str:
+        """:attr:`outcome`, given :attr:`executed` (the runner has it already)."""
         if self.canceled:
             return "canceled"
         if self.timed_out:
             return "timed_out"
-        if self.failed:
+        if self.outcomes and executed == 0:  # failed
             return "failed"
         return "ok" if self.ok else "degraded"
 
@@ -345,7 +362,8 @@ class TurnRunner:
         self.dependants = turn.dependants
         self.outcomes: dict[str, CallOutcome] = {}
         self.launched: set[str] = set()
-        self.waiting = {c.id: set(c.depends_on) for c in turn.calls if c.depends_on}
+        self.waiting = dict(turn.blockers)
+        """Call id → how many of its dependencies are not final yet."""
         self.stopped = False
         self.turn_id = ""
         self.trace = TurnTrace("")
@@ -359,19 +377,20 @@ class TurnRunner:
         self.trace = TurnTrace(self.turn_id)
         # One draw per turn seeds every call's jitter: retries never depend on task scheduling.
         self.seed = self.seed or f"{engine.rng.getrandbits(64):x}"
-        start = current_time()
+        clock = engine.clock
+        start = clock()
         self.deadline = start + turn.deadline_s if turn.deadline_s is not None else None
         breakers, manifests = (
             engine.starting_state((c.tool for c in turn.calls), start) if engine.record else (None, None)
         )
         self._publish(
             TurnStarted(
-                at=engine.wall_clock(), t=start, turn_id=self.turn_id, calls=tuple(self.calls),
+                at=engine.wall_clock(), t=start, turn_id=self.turn_id, calls=turn.ids,
                 deadline_ms=turn.deadline_s * 1000.0 if turn.deadline_s is not None else None,
                 spec=turn.spec, seed=self.seed, breakers=breakers, manifests=manifests,
             )
         )  # fmt: skip
-        ready = [_Ready(c, dict(c.args)) for c in turn.calls if not c.depends_on]
+        ready = [_Ready(c, dict(c.args)) for c in turn.roots]
         if self.stop is None:
             cut = await self._run_calls(ready)
         else:
@@ -379,8 +398,10 @@ class TurnRunner:
                 watcher.start_soon(self._watch_stop, self.stop)
                 cut = await self._run_calls(ready)
                 watcher.cancel_scope.cancel()
-        now = current_time()
-        unfinished = tuple(cid for cid in self.calls if cid not in self.outcomes)
+        now = clock()
+        unfinished: tuple[str, ...] = ()
+        if len(self.outcomes) < len(turn.ids):  # cut off by the deadline or a stop
+            unfinished = tuple(cid for cid in turn.ids if cid not in self.outcomes)
         timed_out = cut and not self.stopped
         for cid in unfinished:
             self._cut_off(self.calls[cid], stopped=self.stopped)
@@ -396,8 +417,8 @@ class TurnRunner:
                     unfinished=unfinished,
                 )
             )  # fmt: skip
-        self.trace.events.sort(key=self._trace_order)
-        outcomes = {cid: self.outcomes[cid] for cid in self.calls}
+        self._sort_trace()
+        outcomes = {cid: self.outcomes[cid] for cid in turn.ids}
         summary = summarize(outcomes.values())
         result = TurnResult(
             self.turn_id,
@@ -408,16 +429,30 @@ class TurnRunner:
             self.stopped and bool(unfinished),
             now - start,
         )
+        executed = result.executed
         self._publish(
             TurnFinished(
                 at=engine.wall_clock(), t=now, turn_id=self.turn_id, summary=summary,
-                statuses={cid: o.status.value for cid, o in outcomes.items()}, executed=result.executed,
-                duration_ms=(now - start) * 1000.0, outcome=result.outcome,
+                statuses={cid: o.status.value for cid, o in outcomes.items()}, executed=executed,
+                duration_ms=(now - start) * 1000.0, outcome=result._outcome(executed),
             )
         )  # fmt: skip
         if engine.recorder is not None:
             await engine.recorder.turn_finished(self.turn_id)  # durable when run_turn returns
         return result
+
+    def _sort_trace(self) -> None:
+        """Put the trace in canonical order (see :meth:`_trace_order`).
+
+        Events are appended as they happen, so the trace is nearly always in that order
+        already: one pass checks it, and only a trace that is not gets sorted.
+        """
+        events = self.trace.events
+        key = self._trace_order
+        for before, after in pairwise(events):
+            if after.t < before.t or (after.t == before.t and key(after) < key(before)):
+                events.sort(key=key)
+                return
 
     def _trace_order(self, event: Event) -> tuple[float, int, int]:
         """Time, then — for events at the same instant — the call's rank.
@@ -438,7 +473,7 @@ class TurnRunner:
         Returns whether the deadline (or a stop) cut the turn off.
         """
         timeouts = self.engine.timeouts
-        async with anyio.create_task_group() as self._tasks:
+        async with self.engine.new_task_group() as self._tasks:
             scope, bucket = self._tasks.cancel_scope, None
             if self.stopped:  # the stop came before the calls started
                 scope.cancel()
@@ -507,10 +542,10 @@ class TurnRunner:
 
     def _settle(self, call_id: str, ready: list[_Ready]) -> None:
         """A call is final: resolve the dependants that were waiting only for it."""
+        waiting = self.waiting
         for dependant in self.dependants[call_id]:
-            waiting = self.waiting[dependant]
-            waiting.discard(call_id)
-            if not waiting:
+            waiting[dependant] -= 1
+            if not waiting[dependant]:
                 self._resolve(self.calls[dependant], ready)
 
     def _resolve(self, call: ToolCall, ready: list[_Ready]) -> None:
@@ -524,7 +559,7 @@ class TurnRunner:
         if not failed:
             ready.append(_Ready(call, args))
             return
-        now = current_time()
+        now = self.engine.clock()
         engine = self.engine
         why = "; ".join(f"{d} {self.outcomes[d].status.replace('_', ' ')}" for d in failed)
         if call.default is not MISSING:
@@ -566,28 +601,19 @@ class TurnRunner:
 
 
 def _outcome_of(call: ToolCall, result: CallResult, used_default: bool) -> CallOutcome:
+    error, reason = result.error, result.reason
     if result.partial:
         status = CallStatus.PARTIAL
-    elif result.error is None:
+    elif error is None:
         status = CallStatus.SUCCEEDED
     else:
         status = CallStatus.FAILED
-    reason = result.reason
-    if status is CallStatus.FAILED and result.error is not None:
-        reason = f"{result.error.kind}: {result.error.message} → {result.decision}: {result.reason}"
+        reason = f"{error.kind}: {error.message} → {result.decision}: {reason}"
+    # Positional: every call of a turn makes one.
     return CallOutcome(
-        call.id,
-        call.tool,
-        status,
-        value=result.value,
-        error=result.error,
-        reason=reason,
-        attempts=result.attempts,
-        served_by=result.served_by,
-        used_default=used_default,
-        decision=result.decision,
-        launched=True,
-    )
+        call.id, call.tool, status, result.value, error, reason, result.attempts, result.served_by,
+        used_default, result.decision, True,
+    )  # fmt: skip
 
 
 _PROBLEM_VERBS = {
@@ -605,11 +631,14 @@ def summarize(outcomes: Iterable[CallOutcome]) -> str:
     problems: dict[str, list[str]] = {}
     for o in outcomes:
         name = o.tool_id.replace("_", " ")
-        if o.ok:
-            extra = [f"via {o.served_by.replace('_', ' ')}"] if o.served_by else []
-            extra += ["partial"] if o.status is CallStatus.PARTIAL else []
-            extra += ["with a default input"] if o.used_default else []
-            label = f"{name} ({', '.join(extra)})" if extra else name
+        status = o.status
+        if status in _OK:
+            label = name
+            if o.served_by or o.used_default or status is CallStatus.PARTIAL:
+                extra = [f"via {o.served_by.replace('_', ' ')}"] if o.served_by else []
+                extra += ["partial"] if status is CallStatus.PARTIAL else []
+                extra += ["with a default input"] if o.used_default else []
+                label = f"{name} ({', '.join(extra)})"
             if label not in done:
                 done.append(label)
         else:

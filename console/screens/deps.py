@@ -73,8 +73,8 @@ class DependencyScreen(ConsoleScreen):
         Binding("escape", "follow", "Follow", show=False),
     ]
     DEFAULT_CSS = """
-    DependencyScreen #turns { width: 44; height: 1fr; }
-    DependencyScreen #graph { width: 1fr; height: 1fr; }
+    DependencyScreen #turns { width: 40; height: 1fr; border: none; border-right: vkey $panel-lighten-2; }
+    DependencyScreen #graph { width: 1fr; height: 1fr; scrollbar-size-horizontal: 0; }
     DependencyScreen #summary { height: auto; padding: 0 1; }
     """
 

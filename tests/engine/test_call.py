@@ -73,6 +73,16 @@ async def test_transient_failures_are_retried_with_backoff_until_success() -> No
     assert events.of("CallSucceeded")[0].describe() == "Tool succeeded on retry 3 (flaky)"
 
 
+async def test_each_failed_attempt_tells_the_breakers_streak_after_it() -> None:
+    engine = make_engine()
+    engine.register("flaky", Scripted(ConnectionResetError(), TimeoutError(), ValueError("bad"), "ok"))
+    events = recorded(engine)
+    await engine.try_call("flaky")
+    await engine.try_call("flaky")
+    streaks = [f.consecutive_failures for f in events.of("ToolError")]
+    assert streaks == [1, 2, 0], "a permanent error: the service answered, the streak ends"
+
+
 async def test_permanent_errors_are_not_retried_and_raise_a_tool_error() -> None:
     engine = make_engine()
     tool = engine.register("search", Scripted(ValueError("Invalid airport code: XYZ")))

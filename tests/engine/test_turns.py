@@ -195,6 +195,54 @@ async def test_empty_inputs_make_dependencies_ordering_only() -> None:
     assert itinerary.started == [pytest.approx(start + 3.0)], "but it still waited"
 
 
+async def test_a_dependency_named_twice_is_waited_for_once() -> None:
+    engine = make_engine()
+    engine.register("flight_search", Scripted(["UA1"], duration=2))
+    compare = engine.register("compare_prices", Scripted("cheapest"))
+    turn = Turn([ToolCall("f", "flight_search"), ToolCall("c", "compare_prices", depends_on=("f", "f"))])
+    result = await engine.run_turn(turn)
+    assert compare.calls == 1, "released once, run once"
+    assert compare.args == [{"f": ["UA1"]}]
+    assert turn.dependants["f"] == ("c",) and turn.blockers == {"c": 1}
+    assert result.outcomes["c"].status is CallStatus.SUCCEEDED
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_turns_on_asyncio_with_the_engine_running() -> None:
+    """The running engine reads the loop's clock and makes its own task groups; traces stay canonical."""
+    engine = make_engine(
+        *(ToolManifest(id=n, retry_policy=RetryPolicy(initial_delay_ms=0, max_delay_ms=0)) for n in "abcde")
+    )
+    for name in "abcde":
+        engine.register(name, Scripted(ConnectionResetError("reset"), name))  # fails once, then succeeds
+    turn = Turn(
+        [
+            ToolCall("a", "a"),
+            ToolCall("b", "b"),
+            ToolCall("c", "c"),
+            ToolCall("d", "d", depends_on=("a", "b"), inputs={}),
+            ToolCall("e", "e", depends_on=("c",), inputs={}),
+        ]
+    )
+    async with engine:
+        assert engine.clock() == pytest.approx(anyio.current_time(), abs=0.5)
+        results = [await engine.run_turn(turn) for _ in range(3)]
+    assert engine.clock is anyio.current_time, "restored when the engine stops"
+
+    def canonical(event: Any) -> tuple[float, int, int]:  # time, then (depth, position) of the call
+        if event.event_type == "TurnStarted":
+            return (event.t, -1, 0)
+        return (event.t, *turn.ranks.get(getattr(event, "call_id", None) or "", (1 << 30, 0)))
+
+    for result in results:
+        assert result.outcome == "ok" and result.results == {n: n for n in "abcde"}
+        events = result.trace.events
+        assert events == sorted(events, key=canonical)
+        assert events[0].event_type == "TurnStarted" and events[-1].event_type == "TurnFinished"
+    first = results[0].trace.events
+    assert sum(e.event_type == "ToolError" for e in first) == 5, "each call failed once and was retried"
+
+
 # --- cascades -----------------------------------------------------------------------------
 
 CASCADE_TOOLS = ("flight_search", "hotel_search", "compare_prices", "create_itinerary", "book_trip")
