@@ -21,13 +21,14 @@ from console.model import (
 )
 from engine.breaker import BreakerState
 from engine.demo import demo_engine
-from engine.events import Event
+from engine.events import AttemptFailed, Event
 from engine.faults import FaultInjector
 from engine.kinds import ErrorKind
 from engine.metrics import LATENCY_PRECISION, ToolStats
 from engine.scenario import load_scenario, run_scenario
 from engine.turns import TurnResult
 from tests.console import factory as f
+from tests.console.demo_feed import live_demo
 
 ROOT = Path(__file__).parents[2]
 
@@ -365,3 +366,15 @@ def test_folding_the_live_demo_agrees_with_what_the_engine_decided() -> None:
         (BreakerState.OPEN, BreakerState.HALF_OPEN),
         (BreakerState.HALF_OPEN, BreakerState.CLOSED),
     ]
+
+
+def test_the_live_demo_shows_every_behaviour_within_its_first_minute() -> None:
+    """What `tripwire` promises on start: within a minute a breaker opens, half-opens and
+    closes, retries back off, a timeout fires and cascades skip, escalate, default and reroute."""
+    _, events = live_demo()
+    first_minute = [e for e in events if e.t < 60.0]
+    kinds = {type(e).__name__ for e in first_minute}
+    assert {"BreakerOpened", "BreakerHalfOpened", "BreakerClosed", "ToolTimedOut", "CallSkipped",
+            "CallEscalated", "DefaultUsed", "AlternativeUsed", "CallRejected"} <= kinds  # fmt: skip
+    backoffs = [e.delay_ms for e in first_minute if isinstance(e, AttemptFailed) and e.decision == "retry"]
+    assert backoffs and all(d is not None and d > 0 for d in backoffs)
