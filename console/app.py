@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import gc
 import getpass
+import time
 from collections.abc import Callable, Iterable
-from typing import Any, ClassVar
+from datetime import datetime
+from pathlib import Path
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from textual import work
 from textual.app import App, SystemCommand
@@ -24,6 +27,7 @@ from textual.screen import Screen
 from console.bridge import DEFAULT_CAPACITY, EventBridge
 from console.host import Action, EngineLink
 from console.model import Changes, ConsoleModel
+from console.replay import ReplaySession, range_source, turn_source
 from console.screens.base import ConsoleScreen, StatusBar
 from console.screens.board import BoardScreen
 from console.screens.confirm import ConfirmActionModal, Confirmed
@@ -31,13 +35,30 @@ from console.screens.deps import DependencyScreen
 from console.screens.events import EventLogScreen
 from console.screens.manifests import ManifestScreen
 from console.screens.tool import ToolScreen
+from console.screens.traces import TraceBrowserScreen
 from engine.breaker import BreakerState
+from engine.store import TraceStore, TraceStoreError
 
-VIEWS = {"board": "Board", "deps": "Dependencies", "manifests": "Manifests", "events": "Events"}
+VIEWS = {
+    "board": "Board",
+    "deps": "Dependencies",
+    "manifests": "Manifests",
+    "events": "Events",
+    "traces": "Traces",
+}
 _VIEWS = Binding.Group("Views")
+_STEP = Binding.Group("Step")
+_SPEED = Binding.Group("Speed")
 """1 2 3 4 share one footer entry: the footer must show every key and still fit 120 columns."""
 MAX_DRAIN = 50_000
 """Events folded per flush at most: a flood is absorbed over several flushes, never one long one."""
+
+
+@runtime_checkable
+class AcknowledgingLink(Protocol):
+    """A link whose engine acknowledges each action with the breaker state it left (``--attach``)."""
+
+    def act_acknowledged(self, action: Action, tool_id: str, *, actor: str, reason: str) -> str: ...
 
 
 class ConsoleApp(App[None]):
@@ -47,6 +68,7 @@ class ConsoleApp(App[None]):
         "deps": DependencyScreen,
         "manifests": ManifestScreen,
         "events": EventLogScreen,
+        "traces": TraceBrowserScreen,
     }
     DEFAULT_MODE = "board"
     ESCAPE_TO_MINIMIZE = False  # esc means back here
@@ -62,6 +84,22 @@ class ConsoleApp(App[None]):
             "3", "view('manifests')", "Manifests", id="view.manifests", tooltip="Manifests", group=_VIEWS
         ),
         Binding("4", "view('events')", "Events", id="view.events", tooltip="The event stream", group=_VIEWS),
+        Binding("5", "view('traces')", "Traces", id="view.traces", tooltip="Stored turns", group=_VIEWS),
+        Binding(
+            "space",
+            "replay_toggle",
+            "Play",
+            id="replay.toggle",
+            tooltip="Play or pause the replay",
+            key_display="␣",
+        ),
+        Binding("left_square_bracket", "replay_step(-1)", "Back", group=_STEP, tooltip="One event back"),
+        Binding("right_square_bracket", "replay_step(1)", "Fwd", group=_STEP, tooltip="One event forward"),
+        Binding("minus", "replay_speed(-1)", "Slower", group=_SPEED, tooltip="Slower (×0.5 at least)"),
+        Binding(
+            "plus,equals_sign", "replay_speed(1)", "Faster", group=_SPEED, tooltip="Faster (×20 at most)"
+        ),
+        Binding("x", "replay_stop", "Exit replay", id="replay.stop", tooltip="Back to the live engine"),
         Binding("p", "pause", "Pause", id="pause", tooltip="Freeze the display; events keep being collected"),
         Binding("t", "act('trip')", "Trip", id="trip", tooltip="Force the selected breaker(s) open"),
         Binding("r", "act('reset')", "Reset", id="reset", tooltip="Close the selected breaker(s)"),
@@ -81,19 +119,25 @@ class ConsoleApp(App[None]):
         actor: str | None = None,
         live: bool = True,
         freeze_gc: bool = False,
+        traces: Path | None = None,
     ) -> None:
         super().__init__()
         self.link = link
         self.bridge = EventBridge(bridge_capacity)
-        self.model = ConsoleModel()
+        self.live = ConsoleModel()
+        """What the engine's events say now (kept up to date during a replay too)."""
+        self.replay: ReplaySession | None = None
+        """A recorded turn or time range being played through the views, if any."""
+        self.traces = traces
         self.refresh_hz = max(1.0, min(30.0, refresh_hz))
         self.actor = actor or f"operator:{getpass.getuser()}"
         self.paused = False
         self.pending_while_paused = 0
-        self.now = 0.0
+        self._live_now = 0.0
         self.flushes = 0
         self._live = live
         self._freeze_gc = freeze_gc
+        self._replay_wall = 0.0
         self._pending = Changes()
         self._unsubscribe: Callable[[], None] | None = None
         self._manifest_changes_seen = 0
@@ -105,10 +149,10 @@ class ConsoleApp(App[None]):
     def on_mount(self) -> None:
         # Subscribe first: an event between the two is folded onto the seed, never lost.
         self._unsubscribe = self.link.subscribe(self.bridge)
-        self.model = ConsoleModel(self.link.seeds())
-        self._manifest_changes_seen = self.model.manifest_change_count
-        self.now = self.link.now()
-        self._rate = (self.now, 0, 0.0)
+        self.live = ConsoleModel(self.link.seeds())
+        self._manifest_changes_seen = self.live.manifest_change_count
+        self._live_now = self.link.now()
+        self._rate = (self._live_now, 0, 0.0)
         if self._live:
             self.set_interval(1 / self.refresh_hz, self.flush, name="flush")
         self.flush()
@@ -128,15 +172,20 @@ class ConsoleApp(App[None]):
         """Fold what the engine sent since the last flush; redraw the active view."""
         self.flushes += 1
         events = self.bridge.drain(MAX_DRAIN)
-        now = self.now = self.link.now()
-        changes = self.model.apply(events) if events else Changes()
-        changes.merge(self.model.expire(now))
-        self._pending.merge(changes)
+        now = self._live_now = self.link.now()
+        changes = self.live.apply(events) if events else Changes()
+        changes.merge(self.live.expire(now))
         self._measure_rate(now)
         if self.paused:
             self.pending_while_paused += changes.events
         else:
             self._announce()
+        if self.replay is not None:  # the views show the replay; the live model keeps up
+            wall = time.perf_counter()
+            changes = self.replay.advance(wall - self._replay_wall)
+            self._replay_wall = wall
+            now = self.replay.now
+        self._pending.merge(changes)
         if self._exit or not self.screen_stack:  # starting up or shutting down
             return
         screen = self.screen
@@ -150,6 +199,16 @@ class ConsoleApp(App[None]):
             screen.show(pending, now)
             self._status(screen)
 
+    @property
+    def model(self) -> ConsoleModel:
+        """What the views show: the replay's model during a replay, else the live one."""
+        return self.replay.model if self.replay is not None else self.live
+
+    @property
+    def now(self) -> float:
+        """The views' clock: engine time, live or replayed. Every countdown reads it."""
+        return self.replay.now if self.replay is not None else self._live_now
+
     def _measure_rate(self, now: float) -> None:
         since, received, _ = self._rate
         if now - since >= 1.0:
@@ -162,6 +221,16 @@ class ConsoleApp(App[None]):
     def status_text(self) -> Content:
         states = [v.state for v in self.model.tools.values()]
         parts: list[str | tuple[str, str]] = []
+        replay = self.replay
+        if replay is not None:
+            glyph = "▶" if replay.playing else "❚❚"
+            parts += [
+                (f"{glyph} REPLAY ×{replay.speed:g}", "bold reverse $accent"),
+                f"  {replay.source.label} · event {replay.position}/{len(replay.events)}"
+                f" · +{replay.clock - replay.start:.1f}s of {replay.end - replay.start:.1f}s",
+                ("  operator actions off · x ends", "$foreground-muted"),
+            ]
+            return Content.assemble(*parts)
         if self.paused:
             parts.append((f"❚❚ PAUSED · {self.pending_while_paused:,} new events", "bold reverse $warning"))
         else:
@@ -175,7 +244,9 @@ class ConsoleApp(App[None]):
         ):
             n = states.count(state)
             parts += ["  ", (f"{n} {state}", style if n else "$foreground-muted")]
-        parts.append(f"  · manifests v{self.model.manifest_version} · {self._rate[2]:,.0f} ev/s")
+        version = self.model.manifest_version  # 0: unknown (an attached engine announced no reload yet)
+        parts.append(f"  · manifests v{version} · " if version else "  · ")
+        parts.append(f"{self._rate[2]:,.0f} ev/s")
         if self.bridge.dropped:
             parts.append((f" · dropped {self.bridge.dropped:,}", "bold $error"))
         if self.link.read_only:
@@ -186,7 +257,7 @@ class ConsoleApp(App[None]):
 
     def _announce(self) -> None:
         """Toasts for what an operator must not miss: manifest reloads and refusals, a dead workload."""
-        model = self.model
+        model = self.live
         new = model.manifest_change_count - self._manifest_changes_seen
         if new > 0:
             for change in list(model.manifest_changes)[-min(new, len(model.manifest_changes)) :]:
@@ -199,7 +270,7 @@ class ConsoleApp(App[None]):
         problem = self.link.problem()
         if problem is not None and problem != self._problem_shown:
             self._problem_shown = problem
-            self.notify(problem, title="Workload", severity="error", timeout=15)
+            self.notify(problem, title="Engine", severity="error", timeout=15)
 
     # --- views -----------------------------------------------------------------------------
 
@@ -226,14 +297,88 @@ class ConsoleApp(App[None]):
         else:
             self.action_show_help_panel()
 
+    # --- replay ------------------------------------------------------------------------------
+
+    def start_replay(self, *, turn_id: str | None = None, since: float | None = None,
+                     until: float | None = None) -> None:  # fmt: skip
+        """Load a stored turn (or the turns of a time range) and play it through the views."""
+        if self.traces is None:
+            self.notify("no trace store to replay from", severity="error")
+            return
+        self._load_replay(self.traces, turn_id, since, until)
+
+    @work(thread=True, exclusive=True, group="replay-load", exit_on_error=False)
+    def _load_replay(self, path: Path, turn_id: str | None, since: float | None, until: float | None) -> None:
+        try:
+            with TraceStore(path, readonly=True, verify=False) as store:
+                if turn_id is not None:
+                    source = turn_source(store, store.load_turn(turn_id))
+                else:
+                    label = f"{datetime.fromtimestamp(since or 0):%H:%M:%S}–" + (
+                        f"{datetime.fromtimestamp(until):%H:%M:%S}" if until is not None else "now"
+                    )
+                    source = range_source(store, since=since, until=until, label=label)
+            session = ReplaySession(source)
+        except (TraceStoreError, ValueError) as exc:
+            self.call_from_thread(self.notify, str(exc), title="Replay", severity="error")
+            return
+        self.call_from_thread(self._begin_replay, session)
+
+    def _begin_replay(self, session: ReplaySession) -> None:
+        self.replay = session
+        self._replay_wall = time.perf_counter()
+        session.playing = True
+        self._to_board()
+
+    def _to_board(self) -> None:
+        """The board of whatever the views now show (the replay, or live again), drawn afresh."""
+        if self.current_mode != "board":
+            self.switch_mode("board")
+        while len(self.screen_stack) > 1:  # a tool detail pushed over the board
+            self.pop_screen()
+        self.refresh_bindings()
+        self.call_after_refresh(self._redraw)
+
+    def _redraw(self) -> None:
+        screen = self.screen
+        if isinstance(screen, ConsoleScreen):
+            screen.show(Changes(), self.now, full=True)
+            self._status(screen)
+
+    def action_replay_toggle(self) -> None:
+        if self.replay is not None:
+            self.replay.toggle()
+            self._replay_wall = time.perf_counter()
+            self._status(self.screen)
+
+    def action_replay_step(self, delta: int) -> None:
+        if self.replay is not None:
+            self._pending.merge(self.replay.step(delta))
+            self._redraw()
+
+    def action_replay_speed(self, steps: int) -> None:
+        if self.replay is not None:
+            self.replay.faster(steps)
+            self._status(self.screen)
+
+    def action_replay_stop(self) -> None:
+        if self.replay is not None:
+            self.replay = None
+            self._to_board()
+
     # --- operator actions ------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        replaying = self.replay is not None
+        if action.startswith("replay_"):
+            return replaying  # the replay's keys exist only during a replay
+        if action == "pause":
+            return not replaying
         if action == "act":
-            if self.link.read_only:
-                return False  # hidden: this console may not act
-            screen = self.screen
-            return True if isinstance(screen, ConsoleScreen) and screen.selected_tools() else None
+            if self.link.read_only or replaying:
+                return False  # hidden: this console may not act, or the views show the past
+            screen = self.screen  # views without tools to act on do not offer it
+            return isinstance(screen, ConsoleScreen) and bool(screen.selected_tools())
         return True
 
     def action_act(self, action: Action) -> None:
@@ -257,16 +402,25 @@ class ConsoleApp(App[None]):
     @work(thread=True, exit_on_error=False, group="operator")
     def _carry_out(self, action: Action, tools: list[str], reason: str) -> None:
         """On a worker thread: the engine may take a moment, the UI must not wait for it."""
-        done, failed = [], []
+        done, applied, failed = [], [], []
+        link = self.link
         for tool_id in tools:
             try:
-                self.link.act(action, tool_id, actor=self.actor, reason=reason)
-                done.append(tool_id)
+                if isinstance(link, AcknowledgingLink):
+                    state = link.act_acknowledged(action, tool_id, actor=self.actor, reason=reason)
+                    applied.append(f"{tool_id} now {state}")
+                else:
+                    link.act(action, tool_id, actor=self.actor, reason=reason)
+                    done.append(tool_id)
             except Exception as exc:
                 failed.append(f"{tool_id}: {exc}")
         if done:
             self.call_from_thread(
                 self.notify, f"{action} sent for {', '.join(done)}", title="Operator action"
+            )
+        if applied:
+            self.call_from_thread(
+                self.notify, f"{action} applied by the engine: {', '.join(applied)}", title="Operator action"
             )
         for problem in failed:
             self.call_from_thread(self.notify, problem, title=f"{action} failed", severity="error")

@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 import argparse
+import shlex
+import signal
 import sys
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from engine.config import ConfigError
+from engine.config import ConfigError, one_line
+
+if TYPE_CHECKING:
+    from anyio import CancelScope
+    from anyio.abc import TaskStatus
+
+    from console.host import Workload
+    from engine.engine import Engine
+    from engine.store import TraceStore
 
 PACKAGE = Path(__file__).resolve().parent
 DEFAULT_TRACES = Path("traces/traces.db")
@@ -46,15 +58,16 @@ def build_parser() -> argparse.ArgumentParser:
         description="Open the operations console on a live engine: the bundled demo (the "
         "travel-agent tools through a looping outage), a scenario of yours with --scenario, or "
         "your own workload with --workload. Hot-reloads the manifests; records turns in the "
-        "trace store.",
+        "trace store. With --attach DB it runs no engine: it watches the one recording into DB "
+        "(tripwire serve) and sends it the operator actions.",
     )
-    _engine_options(live)
-    source = live.add_mutually_exclusive_group()
+    _engine_options(live, traces_default=None)
+    source = _workload_options(live)
     source.add_argument(
-        "--scenario", type=Path, help="play this scenario in a loop (default: manifests/demo/live.yaml)"
-    )
-    source.add_argument(
-        "--workload", metavar="MODULE:FUNCTION", help="drive the engine with your async def fn(engine)"
+        "--attach",
+        type=Path,
+        metavar="DB",
+        help="watch the engine recording into this trace store (tripwire serve) instead of running one",
     )
     live.add_argument("--read-only", action="store_true", help="watch only: no trip, reset or disable")
     live.add_argument("--refresh-hz", type=float, default=10.0, help="redraws per second (1–30, default 10)")
@@ -66,6 +79,20 @@ def build_parser() -> argparse.ArgumentParser:
         "reaches every outcome (retries, timeouts, cascades, alternatives, breakers).",
     )
     _run_options(demo)
+
+    serve = commands.add_parser(
+        "serve",
+        help="run the engine headless, as an agent service a console can attach to",
+        description="Run an engine in real time without a screen, as an agent service would: the bundled "
+        "demo (manifests/demo/live.yaml in a loop), your scenario in a loop, or your own workload. Every "
+        "event is recorded in the trace store, and the operator commands of consoles attached to it "
+        "(tripwire console --attach DB) are applied. Runs until Ctrl-C or SIGTERM.",
+    )
+    _engine_options(serve, recording="record in and take operator commands from", optional=False)
+    _workload_options(serve)
+    serve.add_argument(
+        "--poll-ms", type=float, default=200.0, help="how often to look for operator commands (default 200)"
+    )
 
     traces = commands.add_parser("traces", help="browse, export and prune stored turns")
     actions = traces.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -121,17 +148,37 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
-def _engine_options(parser: argparse.ArgumentParser) -> None:
+def _engine_options(
+    parser: argparse.ArgumentParser,
+    *,
+    traces_default: Path | None = DEFAULT_TRACES,
+    recording: str = "record in",
+    optional: bool = True,
+) -> None:
+    """--manifests and --traces, and --no-record unless recording is not ``optional``."""
     parser.add_argument(
         "--manifests", type=Path, default=None, help="manifest directory (default: the bundled manifests/)"
     )
     parser.add_argument(
         "--traces",
         type=Path,
-        default=DEFAULT_TRACES,
-        help=f"trace store to record in (default {DEFAULT_TRACES})",
+        default=traces_default,
+        help=f"trace store to {recording} (default {DEFAULT_TRACES})",
     )
-    parser.add_argument("--no-record", action="store_true", help="do not record the turns")
+    if optional:
+        parser.add_argument("--no-record", action="store_true", help="do not record the turns")
+
+
+def _workload_options(parser: argparse.ArgumentParser) -> argparse._MutuallyExclusiveGroup:
+    """--scenario or --workload: what drives a live engine."""
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument(
+        "--scenario", type=Path, help="play this scenario in a loop (default: manifests/demo/live.yaml)"
+    )
+    source.add_argument(
+        "--workload", metavar="MODULE:FUNCTION", help="drive the engine with your async def fn(engine)"
+    )
+    return source
 
 
 def _traces_option(parser: argparse.ArgumentParser) -> None:
@@ -171,6 +218,9 @@ def _usage_errors() -> tuple[type[Exception], ...]:
 
 
 def _console(args: argparse.Namespace) -> int:
+    attach: Path | None = getattr(args, "attach", None)
+    if attach is not None:
+        return _attached_console(args, attach)
     from console.live import LiveOptions, build_live_app
 
     manifests = getattr(args, "manifests", None) or bundled_manifests()
@@ -181,7 +231,7 @@ def _console(args: argparse.Namespace) -> int:
     no_record = getattr(args, "no_record", False)
     options = LiveOptions(
         manifests=manifests,
-        traces=None if no_record else getattr(args, "traces", DEFAULT_TRACES),
+        traces=None if no_record else getattr(args, "traces", None) or DEFAULT_TRACES,
         scenario=scenario,
         workload=workload,
         read_only=getattr(args, "read_only", False),
@@ -191,11 +241,117 @@ def _console(args: argparse.Namespace) -> int:
     return 0
 
 
+def _attached_console(args: argparse.Namespace, attach: Path) -> int:
+    from console.attach import build_attached_app
+    from console.traces import UsageError
+
+    given = [
+        flag
+        for flag, value in (("--traces", args.traces), ("--manifests", args.manifests))
+        if value is not None
+    ] + (["--no-record"] if args.no_record else [])
+    if given:
+        raise UsageError(
+            f"--attach {attach}: {' and '.join(given)} cannot be used with it: an attached console records"
+            " nothing and the engine reads its own manifests"
+        )
+    build_attached_app(attach, read_only=args.read_only, refresh_hz=args.refresh_hz).run()
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    """``tripwire serve``: the engine headless, recording, applying operator commands until stopped."""
+    import random
+
+    import anyio
+
+    from console.host import import_workload, scenario_workload
+    from console.traces import UsageError
+    from engine.demo import DEMO_TOOLS
+    from engine.engine import Engine
+    from engine.faults import FaultInjector
+    from engine.scenario import load_scenario
+    from engine.store import TraceRecorder, TraceStore
+
+    if not args.poll_ms > 0:
+        raise UsageError(f"--poll-ms must be positive, got {args.poll_ms:g}")
+    manifests = args.manifests or bundled_manifests()
+    workload: Workload
+    faults: FaultInjector | None = None
+    seed = 0
+    scenario = None
+    if args.workload is not None:
+        workload = import_workload(args.workload)
+    else:
+        scenario = load_scenario(args.scenario or manifests / "demo" / "live.yaml")
+        faults = FaultInjector(scenario.faults) if scenario.faults is not None else None
+        workload = scenario_workload(scenario)
+        seed = scenario.spec.seed
+    engine = Engine(manifests, watch=True, rng=random.Random(seed), faults=faults, record=True)
+    if scenario is not None:
+        for name, fn in DEMO_TOOLS.items():
+            engine.register(name, fn)
+        scenario.check(engine.tools)
+    try:
+        with TraceStore(args.traces) as store:
+            # Batches: the engine never waits for the disk; attached consoles read what is committed.
+            recorder = TraceRecorder(store, durability="batch").attach(engine)
+            try:
+                recorder.flush()  # the manifests in force are stored before anyone is told to attach
+                service = partial(_run_service, engine, store, workload, args.traces, args.poll_ms / 1000)
+                return anyio.run(service, backend="asyncio")
+            finally:
+                recorder.close()
+    finally:
+        engine.close()
+
+
+async def _run_service(
+    engine: Engine, store: TraceStore, workload: Workload, traces: Path, poll_s: float
+) -> int:
+    """The engine, its workload and the operator commands, in one task group until a signal."""
+    import anyio
+
+    from engine.commands import serve_operator_commands
+
+    status = 0
+    async with engine, anyio.create_task_group() as group:
+        await group.start(_cancel_on_signal, group.cancel_scope)
+        await group.start(partial(serve_operator_commands, engine, store, poll_s=poll_s))
+        where = shlex.quote(str(traces))
+        print(
+            f"tripwire serve: recording to {where}; attach with: tripwire console --attach {where}",
+            flush=True,
+        )
+        try:
+            await workload(engine)
+        except Exception as exc:  # a service whose workload died stops, saying why, on one line
+            problem = one_line(f"{type(exc).__name__}: {exc}")
+            print(f"tripwire: workload failed: {problem}", file=sys.stderr)
+            status = 1
+            group.cancel_scope.cancel()
+        # A workload that returns leaves the engine serving commands and timers until stopped.
+    return status
+
+
+async def _cancel_on_signal(scope: CancelScope, *, task_status: TaskStatus[None]) -> None:
+    """Ctrl-C or SIGTERM: a clean stop, everything recorded (exit status 0)."""
+    import anyio
+
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        task_status.started()
+        async for _ in signals:
+            scope.cancel()
+            return
+
+
 def _dispatch(command: str, args: argparse.Namespace, console: Console) -> int:
     from console import traces as t
 
     if command == "console":
         return _console(args)
+    if command == "serve":
+        return _serve(args)
     if command in ("run", "demo"):
         from console.run import run_command
 

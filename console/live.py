@@ -69,4 +69,4 @@ def build_live_app(options: LiveOptions) -> ConsoleApp:
         recorder=recorder,
     )  # fmt: skip
     host.start()
-    return ConsoleApp(host, refresh_hz=options.refresh_hz, freeze_gc=True)
+    return ConsoleApp(host, refresh_hz=options.refresh_hz, freeze_gc=True, traces=options.traces)

@@ -124,7 +124,9 @@ def classify(
     now: Callable[[], float] = time.time,
 ) -> Classification:
     """Classify ``error``; ``manifest`` supplies overrides, ``now`` dates HTTP Retry-After."""
-    result = _classify(error, now)
+    result = _BY_CLASS_ALONE.get(type(error))
+    if result is None or error.__cause__ is not None or error.__dict__:
+        result = _classify(error, now)
     if manifest is not None and manifest.classification and result.is_failure:
         result = _apply_overrides(result, error, manifest.classification, manifest.id)
     return result
@@ -185,6 +187,12 @@ def _cause_chain(error: BaseException) -> Iterator[BaseException]:
         link = link.__cause__
 
 
+_BY_CLASS_ALONE: dict[type[BaseException], Classification] = {}
+"""Builtin exception classes whose plain instances (no attributes, no cause) rule 6 decides by
+class name: every such instance gets the same answer, so it is worked out once per class.
+Builtin classes only, so the cache stays small."""
+
+
 def _classify_one(exc: BaseException, now: Callable[[], float]) -> Classification:
     name = type(exc).__name__
     if isinstance(exc, ToolError):
@@ -199,8 +207,10 @@ def _classify_one(exc: BaseException, now: Callable[[], float]) -> Classificatio
     if type(exc).__module__ == "builtins" and not getattr(exc, "__dict__", None):
         # A plain builtin exception carries no headers, body or status: skip those rules.
         headers, should_retry, retry_after, status = None, None, None, None
-        decided = _by_class(exc) or _by_message(exc)
+        decided, by_class_alone = _class_rule(exc)
+        decided = decided or _by_message(exc)
     else:
+        by_class_alone = False
         headers = _headers_of(exc)
         should_retry = _header(headers, "x-should-retry")
         retry_after = _retry_after(headers, now)
@@ -225,9 +235,12 @@ def _classify_one(exc: BaseException, now: Callable[[], float]) -> Classificatio
         rule = Rule.SERVER_ADVICE
     if retry_after is not None and rule is not Rule.SERVER_ADVICE:
         reason = f"{reason}; server asked to retry after {retry_after:g}s"
-    return Classification(
+    result = Classification(
         kind, error_class, _retryable(kind, error_class), rule, reason, status, retry_after, name
     )
+    if by_class_alone:
+        _BY_CLASS_ALONE[type(exc)] = result
+    return result
 
 
 def _retryable(kind: ErrorKind, error_class: ErrorClass) -> bool:
@@ -593,24 +606,31 @@ _ERRNO: dict[int, ErrorKind] = {
 
 
 def _by_class(exc: BaseException) -> _Decision | None:
+    return _class_rule(exc)[0]
+
+
+def _class_rule(exc: BaseException) -> tuple[_Decision | None, bool]:
+    """Rule 6, and whether the class alone decided it (no instance attribute was read)."""
+    alone = True
     for cls in type(exc).__mro__:
         if cls is Exception:
             break
         match = _CLASS_QUALIFIED.get(f"{cls.__module__}.{cls.__qualname__}") or _CLASS_NAMES.get(cls.__name__)
         if match is None and cls is OSError:
+            alone = False  # the errno decides, or at least was read
             code = _safe_attr(exc, "errno")
             if isinstance(code, int) and code in _ERRNO:
                 kind = _ERRNO[code]
                 name = errno.errorcode.get(code, code)
                 return (kind, kind.default_class, Rule.EXCEPTION_CLASS,
-                        f"OSError errno {name} means {kind}")  # fmt: skip
+                        f"OSError errno {name} means {kind}"), False  # fmt: skip
         if match is not None:
             kind, forced = match
             error_class = forced or kind.default_class
             via = "" if cls is type(exc) else f" (as {cls.__name__})"
             return (kind, error_class, Rule.EXCEPTION_CLASS,
-                    f"exception class {type(exc).__name__}{via} means {kind}")  # fmt: skip
-    return None
+                    f"exception class {type(exc).__name__}{via} means {kind}"), alone  # fmt: skip
+    return None, False
 
 
 # --- rule 7: message patterns ----------------------------------------------------------

@@ -40,6 +40,7 @@ from engine.events import (
     Event,
     HandlerFailed,
     ToolTimedOut,
+    allocate,
     breaker_event_type,
 )
 from engine.faults import StreamTruncateFault
@@ -52,6 +53,7 @@ from engine.handler import (
     HandlerDecision,
     HandlerLike,
     as_handler,
+    resend_unsafe,
 )
 from engine.kinds import ErrorClass, ErrorKind
 from engine.manifest import TOOL_ID_PATTERN, ManifestRegistry, ToolManifest
@@ -62,7 +64,7 @@ from engine.timeouts import TimeoutSupervisor
 
 if TYPE_CHECKING:
     from engine.faults import AttemptInjector, InjectedAttempt
-    from engine.turns import Turn, TurnResult
+    from engine.turns import Turn, TurnResult, TurnRunner
 
 log = logging.getLogger("tripwire.engine")
 
@@ -235,6 +237,9 @@ class Engine:
         """Makes turns' task groups: the running backend's own factory while the engine runs."""
         self._new_scope: Callable[[], CancelScope] = CancelScope
         self._stack: AsyncExitStack | None = None
+        from engine.turns import TurnRunner  # turns build on the guarded call: imported late
+
+        self._turn_runner: type[TurnRunner] = TurnRunner
 
     # --- tools ---------------------------------------------------------------------------
 
@@ -297,7 +302,7 @@ class Engine:
 
     def next_call_ordinal(self, tool_id: str) -> int:
         """Number a call of ``tool_id`` as it is launched (fault plans key on it)."""
-        tool = self._tool(tool_id)
+        tool = self._tools.get(tool_id) or self._tool(tool_id)
         tool.calls += 1
         return tool.calls
 
@@ -388,9 +393,7 @@ class Engine:
 
         ``seed`` fixes the calls' jitter (a replay passes the recorded one).
         """
-        from engine.turns import TurnRunner  # turns build on the guarded call
-
-        return await TurnRunner(self, turn, stop=stop, handler=as_handler(handler), seed=seed).run()
+        return await self._turn_runner(self, turn, stop=stop, handler=as_handler(handler), seed=seed).run()
 
     def starting_state(self, tool_ids: Iterable[str], now: float) -> tuple[dict[str, Any], dict[str, str]]:
         """Breaker snapshots and manifest digests of ``tool_ids`` and their alternatives."""
@@ -474,8 +477,9 @@ class Engine:
                 fault = faults.pick(tool_id, call=ordinal, attempt=attempt, turn_id=turn_id, call_id=call_id)
             fault_type = None if fault is None or fault.is_ok else fault.fault_type
             if observed:
-                event = AttemptStarted(
-                    at=self.wall_clock(), t=now, tool_id=tool_id, call_id=call_id, turn_id=turn_id,
+                event = allocate(AttemptStarted)
+                AttemptStarted.__init__(
+                    event, at=self.wall_clock(), t=now, tool_id=tool_id, call_id=call_id, turn_id=turn_id,
                     attempt=attempt, timeout_ms=manifest.timeout_ms,
                     deadline=cutoff if deadline is None or cutoff < deadline else deadline,
                     probe=permit.probe, fault_type=fault_type,
@@ -519,9 +523,10 @@ class Engine:
                     self._cause = None
                 metrics.on_success(now, now - attempt_start, retried=attempt > 1)
                 if observed:
-                    succeeded = CallSucceeded(
-                        at=self.wall_clock(), t=now, tool_id=tool_id, call_id=call_id, turn_id=turn_id,
-                        attempts=attempt, latency_ms=(now - start) * 1000.0,
+                    succeeded = allocate(CallSucceeded)
+                    CallSucceeded.__init__(
+                        succeeded, at=self.wall_clock(), t=now, tool_id=tool_id, call_id=call_id,
+                        turn_id=turn_id, attempts=attempt, latency_ms=(now - start) * 1000.0,
                         attempt_ms=(now - attempt_start) * 1000.0,
                         value=jsonable(value) if self.record else None,
                     )  # fmt: skip
@@ -542,35 +547,38 @@ class Engine:
                         trace,
                     )  # fmt: skip
             classification = classify(error, manifest, now=self.wall_clock)
+            transient = classification.transient
             self._cause = cause
-            breaker.record(permit, _outcome(classification), now)
+            # The tool was invoked: a permanent error is its answer, so the service is up.
+            breaker.record(permit, AttemptOutcome.FAILED if transient else AttemptOutcome.ANSWERED, now)
             self._cause = None
             metrics.on_attempt_failed(
-                now, now - attempt_start, transient=classification.transient,
+                now,
+                now - attempt_start,
+                transient=transient,
                 timed_out=classification.kind is ErrorKind.TIMEOUT,
-            )  # fmt: skip
+            )
             if run is None:
                 run = _CallRun(tool, manifest, args, ctx, call_id, turn_id, trace, start, handler)
             partial_result = _partial_result_of(error)
             decided = self._decide(run, error, classification, attempt, now, partial_result)
             if observed:
-                self.publish(
-                    AttemptFailed(
-                        at=self.wall_clock(), t=now, tool_id=tool_id, call_id=call_id, turn_id=turn_id,
-                        attempt=attempt, error=_message(error), error_type=type(error).__name__,
-                        kind=classification.kind, classification=classification.error_class,
-                        rule=classification.rule, reason=classification.reason,
-                        status_code=classification.status_code,
-                        circuit_breaker_state=breaker.state, retry_count=attempt - 1,
-                        decision=decided.decision, decision_reason=decided.reason,
-                        delay_ms=decided.delay_s * 1000.0 if decided.decision is Decision.RETRY else None,
-                        latency_ms=(now - attempt_start) * 1000.0, fault_type=fault_type,
-                        retryable=classification.retryable, retry_after_s=classification.retry_after_s,
-                        has_partial=partial_result is not MISSING,
-                        consecutive_failures=breaker.consecutive_failures,
-                    ),
-                    trace,
+                failed = allocate(AttemptFailed)
+                AttemptFailed.__init__(
+                    failed, at=self.wall_clock(), t=now, tool_id=tool_id, call_id=call_id, turn_id=turn_id,
+                    attempt=attempt, error=_message(error), error_type=type(error).__name__,
+                    kind=classification.kind, classification=classification.error_class,
+                    rule=classification.rule, reason=classification.reason,
+                    status_code=classification.status_code,
+                    circuit_breaker_state=breaker.state, retry_count=attempt - 1,
+                    decision=decided.decision, decision_reason=decided.reason,
+                    delay_ms=decided.delay_s * 1000.0 if decided.decision is Decision.RETRY else None,
+                    latency_ms=(now - attempt_start) * 1000.0, fault_type=fault_type,
+                    retryable=classification.retryable, retry_after_s=classification.retry_after_s,
+                    has_partial=partial_result is not MISSING,
+                    consecutive_failures=breaker.consecutive_failures,
                 )  # fmt: skip
+                self.publish(failed, trace)
             if decided.decision is not Decision.RETRY:
                 return await self._conclude(run, now, attempt, error, classification, decided)
             if decided.delay_s > 0:
@@ -643,6 +651,20 @@ class Engine:
             )
         else:
             plan = _NO_RETRY
+        optional = ctx.optional if ctx is not None else False
+        alternatives = self._available_alternatives(manifest, ctx, now) if manifest.alternatives else ()
+        custom = (as_handler(run.handler) if run.handler is not None else None) or self.handler
+        if custom is None:  # the default rules alone: no FailureContext to build
+            return _DEFAULT_HANDLER.decide_on(
+                tool_id=tool.name,
+                classification=classification,
+                retry_plan=plan,
+                breaker_state=tool.breaker.state,
+                resend_unsafe=resend_unsafe(manifest, classification.kind),
+                partial_result=partial_result,
+                alternatives=alternatives,
+                optional=optional,
+            )
         failure = FailureContext(
             tool_id=tool.name,
             call_id=run.call_id,
@@ -655,20 +677,18 @@ class Engine:
             retry_plan=plan,
             elapsed_s=elapsed_s,
             remaining_s=remaining,
-            optional=ctx.optional if ctx is not None else False,
+            optional=optional,
             dependants=ctx.dependants if ctx is not None else (),
-            alternatives=self._available_alternatives(manifest, ctx, now),
+            alternatives=alternatives,
             partial_result=partial_result,
         )
-        return self._ask_handler(failure, as_handler(run.handler) or self.handler, ctx, now)
+        return self._ask_handler(failure, custom, ctx, now)
 
     def _ask_handler(
-        self, failure: FailureContext, custom: ErrorHandler | None, ctx: CallContext | None, now: float
+        self, failure: FailureContext, custom: ErrorHandler, ctx: CallContext | None, now: float
     ) -> HandlerDecision:
         """The custom handler's decision within the engine's hard limits, else the default's."""
         default = _DEFAULT_HANDLER.decide(failure)
-        if custom is None:
-            return default
         try:
             decided = custom.decide(failure)
         except Exception as exc:
@@ -948,11 +968,6 @@ class Engine:
         for event in events:
             self.publish(event)
         return events
-
-
-def _outcome(classification: Classification) -> AttemptOutcome:
-    # The tool was invoked: a permanent error is its answer, so the service is up.
-    return AttemptOutcome.FAILED if classification.transient else AttemptOutcome.ANSWERED
 
 
 def _message(error: BaseException) -> str:

@@ -24,6 +24,11 @@ from engine.kinds import ErrorClass, ErrorKind
 
 EVENT_TYPES: dict[str, type[Event]] = {}
 
+allocate = object.__new__
+"""Hot paths build events as ``Cls.__init__(allocate(Cls), ...)``: on CPython 3.11 calling the
+class with keyword arguments first packs them into a dict, which costs more than the ``__init__``
+itself (about 0.45 µs of 0.7 µs per event)."""
+
 
 @dataclass(slots=True, kw_only=True)
 class Event:
@@ -221,6 +226,22 @@ class HandlerFailed(ToolEvent):
 
     def describe(self) -> str:
         return f"error handler failed for {self.tool_id}: {self.error}; applied default: {self.fallback}"
+
+
+@dataclass(slots=True, kw_only=True)
+class ToolResultSent(ToolEvent):
+    """The LLM executor answered a tool call: the exact text the model received."""
+
+    content: str
+    is_error: bool
+    status: str
+    """A call status, or ``not_run`` when the executor refused the call."""
+    error_type: str | None = None
+    kind: ErrorKind | None = None
+
+    def describe(self) -> str:
+        verdict = "an error" if self.is_error else "a result"
+        return f"the model received {verdict} for {self.call_id} ({self.tool_id}, {len(self.content)} chars)"
 
 
 # --- turns --------------------------------------------------------------------------------

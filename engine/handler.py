@@ -10,13 +10,14 @@ deadline, no alternative that is unknown or already tried.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from engine.breaker import BreakerState
-from engine.kinds import ErrorKind
+from engine.kinds import KIND_INFO, ErrorKind
 from engine.manifest import SideEffect
 
 if TYPE_CHECKING:
@@ -93,12 +94,16 @@ class FailureContext:
     @property
     def resend_unsafe(self) -> bool:
         """A side-effecting call failed ambiguously: sending it again could repeat its effect."""
-        manifest = self.manifest
-        return (
-            manifest.side_effect is SideEffect.SIDE_EFFECTING
-            and self.classification.kind.info.ambiguous
-            and not manifest.retry_ambiguous
-        )
+        return resend_unsafe(self.manifest, self.classification.kind)
+
+
+def resend_unsafe(manifest: ToolManifest, kind: ErrorKind) -> bool:
+    """Whether a failure of ``kind`` makes re-sending the call unsafe (see ``FailureContext``)."""
+    return (
+        manifest.side_effect is SideEffect.SIDE_EFFECTING
+        and KIND_INFO[kind].ambiguous
+        and not manifest.retry_ambiguous
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,40 +126,69 @@ class DefaultErrorHandler:
     """The spec's recovery rules, in order."""
 
     def decide(self, failure: FailureContext) -> HandlerDecision:
-        c = failure.classification
+        return self.decide_on(
+            tool_id=failure.tool_id,
+            classification=failure.classification,
+            retry_plan=failure.retry_plan,
+            breaker_state=failure.breaker_state,
+            resend_unsafe=failure.resend_unsafe,
+            partial_result=failure.partial_result,
+            alternatives=failure.alternatives,
+            optional=failure.optional,
+        )
+
+    def decide_on(
+        self,
+        *,
+        tool_id: str,
+        classification: Classification,
+        retry_plan: RetryPlan,
+        breaker_state: BreakerState,
+        resend_unsafe: bool,
+        partial_result: Any,
+        alternatives: tuple[str, ...],
+        optional: bool,
+    ) -> HandlerDecision:
+        """:meth:`decide` from just the facts its rules read: the engine's path when no custom
+        handler needs a whole :class:`FailureContext` (building one costs a few µs per failure)."""
+        c = classification
         kind = c.kind
-        plan = failure.retry_plan
-        if failure.resend_unsafe:
+        plan = retry_plan
+        if resend_unsafe:
             # The request may have been processed: neither a retry nor an alternative may repeat it.
             why = f"side-effecting tool: not re-sent after an ambiguous {kind}"
-            return self._give_up(failure, why)
+            return self._give_up(optional, why)
         if c.retryable:
             if not plan.retry:
                 why = plan.reason
-            elif failure.breaker_state in (BreakerState.OPEN, BreakerState.FORCED_OPEN):
-                why = f"circuit breaker for {failure.tool_id} is {failure.breaker_state}"
+            elif breaker_state in (BreakerState.OPEN, BreakerState.FORCED_OPEN):
+                why = f"circuit breaker for {tool_id} is {breaker_state}"
             else:
-                return HandlerDecision(
-                    Decision.RETRY, f"{c.error_class} error, circuit closed: {plan.reason}", plan.delay_s
-                )
+                return _retry_decision(c.error_class, plan.reason, plan.delay_s)
         elif kind is ErrorKind.CIRCUIT_OPEN:
             why = "circuit breaker open: no attempt made"
         else:
             why = f"{c.error_class} error ({kind}): retrying will not help"
-        if failure.partial_result is not MISSING:
+        if partial_result is not MISSING:
             return HandlerDecision(Decision.PARTIAL_SUCCESS, f"{why}; keeping the partial result")
-        if failure.alternatives and kind not in CALLER_FAULT_KINDS:
-            alternative = failure.alternatives[0]
+        if alternatives and kind not in CALLER_FAULT_KINDS:
+            alternative = alternatives[0]
             return HandlerDecision(
                 Decision.ALTERNATIVE, f"{why}; using {alternative}", alternative=alternative
             )
-        return self._give_up(failure, why)
+        return self._give_up(optional, why)
 
     @staticmethod
-    def _give_up(failure: FailureContext, why: str) -> HandlerDecision:
-        if failure.optional:
+    def _give_up(optional: bool, why: str) -> HandlerDecision:
+        if optional:
             return HandlerDecision(Decision.FAIL_GRACEFULLY, f"{why}; optional call, the turn continues")
         return HandlerDecision(Decision.ESCALATE, why)
+
+
+@functools.lru_cache(maxsize=1024, typed=True)
+def _retry_decision(error_class: str, plan_reason: str, delay_s: float) -> HandlerDecision:
+    """Decisions are immutable and, without jitter, the same few recur: each is made once."""
+    return HandlerDecision(Decision.RETRY, f"{error_class} error, circuit closed: {plan_reason}", delay_s)
 
 
 def as_handler(handler: HandlerLike | None) -> ErrorHandler | None:

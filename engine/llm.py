@@ -23,17 +23,18 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
+import anyio
+
 from engine.breaker import BreakerState
 from engine.classify import classify
 from engine.errors import ToolError
+from engine.events import ToolResultSent
 from engine.faults import FaultInjector
 from engine.handler import CALLER_FAULT_KINDS
 from engine.kinds import ErrorKind
 from engine.turns import CallOutcome, CallStatus, ToolCall, Turn, TurnResult
 
 if TYPE_CHECKING:
-    import anyio
-
     from engine.engine import Engine
 
 log = logging.getLogger("tripwire.llm")
@@ -551,9 +552,13 @@ class ToolCallExecutor:
         calls = parse_anthropic_tool_uses(message_or_blocks)
         return (await self.run(calls, stop=stop)).to_anthropic_message()
 
-    async def run(self, calls: Iterable[LLMToolCall], *, stop: anyio.Event | None = None) -> ToolBatch:
-        """Refuse what cannot run, run the rest as one turn, and answer every call in order."""
-        turn_id = self.engine.next_turn_id()
+    async def run(
+        self, calls: Iterable[LLMToolCall], *, stop: anyio.Event | None = None, turn_id: str | None = None
+    ) -> ToolBatch:
+        """Refuse what cannot run, run the rest as one turn, and answer every call in order.
+
+        ``turn_id`` names the turn (a fresh id by default)."""
+        turn_id = turn_id if turn_id is not None else self.engine.next_turn_id()
         calls = [self._as_faulted(call, turn_id) for call in calls]
         tools = set(self.engine.tools)
         refused: dict[int, tuple[ErrorKind, str]] = {}
@@ -594,10 +599,27 @@ class ToolCallExecutor:
                         ToolError(ErrorKind.INTERNAL_ERROR, message, tool_id=call.name, original_error=crash),
                     )
                 )  # fmt: skip
+        self._announce(items, turn_id, result)
         batch = ToolBatch(items, result)
         self.calls_total += len(items)
         self.executed_total += batch.executed
         return batch
+
+    def _announce(self, items: list[ToolResultItem], turn_id: str, result: TurnResult | None) -> None:
+        """What the model receives, as events: traces keep the exact text (redacted, capped)."""
+        engine = self.engine
+        trace = result.trace.events if result is not None else None
+        at, t = engine.wall_clock(), anyio.current_time()
+        for item in items:
+            error_type = item.error.error_type if item.error is not None else None
+            engine.publish(
+                ToolResultSent(
+                    at=at, t=t, tool_id=item.tool_name, call_id=item.call_id, turn_id=turn_id,
+                    content=item.content, is_error=item.is_error, status=item.status, error_type=error_type,
+                    kind=item.kind,
+                ),
+                trace,
+            )  # fmt: skip
 
     def _as_faulted(self, call: LLMToolCall, turn_id: str) -> LLMToolCall:
         """The call as a fault plan's ``tool_call_fault`` corrupts it, or as the model sent it."""

@@ -6,6 +6,7 @@ Everything here is pure: the caller passes elapsed time, the attempt count and a
 
 from __future__ import annotations
 
+import functools
 import random
 from dataclasses import dataclass
 from typing import Literal, Self
@@ -78,11 +79,19 @@ def plan_retry(
     if attempts_made >= policy.max_attempts:
         return RetryPlan(False, 0.0, f"max attempts ({policy.max_attempts}) reached")
     delay_s = policy.delay_s(attempts_made, rng)
-    budgets = [
-        (f"{policy.max_total_time_ms:g} ms retry", policy.max_total_time_ms / 1000.0 - elapsed_s, False)
-    ]
+    retry_left_s = policy.max_total_time_ms / 1000.0 - elapsed_s
+    if (
+        retry_after_s is None
+        and retry_left_s > 0
+        and delay_s <= retry_left_s
+        and (remaining_s is None or (remaining_s > 0 and delay_s < remaining_s))
+    ):
+        return _retry_plan(attempts_made, delay_s, "backoff")  # the usual case: within every budget
+    # (name, seconds left, whether the retry must also start before it ends); a name of None is
+    # the policy's own budget, named only if a message needs it.
+    budgets: tuple[tuple[str | None, float, bool], ...] = ((None, retry_left_s, False),)
     if remaining_s is not None:
-        budgets.append(("turn", remaining_s, True))
+        budgets += (("turn", remaining_s, True),)
     if retry_after_s is not None:
         for name, left_s, _ in budgets:
             if retry_after_s > left_s:
@@ -90,18 +99,28 @@ def plan_retry(
                     False,
                     0.0,
                     f"server asked to retry after {retry_after_s:g}s, beyond the remaining "
-                    f"{name} budget of {max(left_s, 0.0):.3g}s",
+                    f"{name or _retry_budget(policy)} budget of {max(left_s, 0.0):.3g}s",
                 )
         delay_s = max(delay_s, retry_after_s)
     for name, left_s, must_finish in budgets:
         if left_s <= 0:
-            return RetryPlan(False, 0.0, f"the {name} time budget is spent")
+            return RetryPlan(False, 0.0, f"the {name or _retry_budget(policy)} time budget is spent")
         if delay_s > left_s or (must_finish and delay_s >= left_s):
             return RetryPlan(
                 False,
                 0.0,
                 f"retry {attempts_made} would start in {delay_s * 1000:.0f} ms, past the "
-                f"remaining {name} budget of {left_s * 1000:.0f} ms",
+                f"remaining {name or _retry_budget(policy)} budget of {left_s * 1000:.0f} ms",
             )
     why = "server Retry-After" if retry_after_s is not None and delay_s == retry_after_s else "backoff"
+    return _retry_plan(attempts_made, delay_s, why)
+
+
+@functools.lru_cache(maxsize=1024, typed=True)
+def _retry_plan(attempts_made: int, delay_s: float, why: str) -> RetryPlan:
+    """Plans are immutable and, without jitter, the same few recur: each is made once."""
     return RetryPlan(True, delay_s, f"retry {attempts_made} in {delay_s * 1000:.0f} ms ({why})")
+
+
+def _retry_budget(policy: RetryPolicy) -> str:
+    return f"{policy.max_total_time_ms:g} ms retry"

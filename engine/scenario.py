@@ -17,6 +17,10 @@ scenario:
           depends_on: [flights, hotels]
           default: []        # used in place of a failed dependency's output
           optional: true     # skipped (not escalated) when a dependency fails
+    - id: ask-model
+      model: true            # an assistant message's tool calls: through the LLM executor
+      calls:
+        - {id: call_1, tool: hotel_search, args: {city: Rome}}
 ```
 """
 
@@ -25,14 +29,15 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 import anyio
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from engine.config import ConfigError, ConfigIssue, read_yaml
 from engine.faults import FaultPlan, FaultPlanError, load_fault_plan
 from engine.handler import MISSING
+from engine.llm import LLMToolCall, ToolCallExecutor
 from engine.turns import ToolCall, Turn, TurnError, validate
 
 if TYPE_CHECKING:
@@ -68,7 +73,16 @@ class TurnSpec(BaseModel):
     id: str = Field(min_length=1)
     after_ms: float = Field(default=0.0, ge=0)
     deadline_ms: float | None = Field(default=300_000.0, gt=0)
+    model: bool = False
+    """The calls of an assistant message: the LLM executor runs them and answers each with the
+    text the model would receive (refusing unknown tools and bad arguments itself)."""
     calls: list[CallSpec] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _model_calls_are_independent(self) -> Self:
+        if self.model and any(c.depends_on for c in self.calls):
+            raise ValueError("a model turn's calls cannot depend on each other (a model sends them at once)")
+        return self
 
     def to_turn(self) -> Turn:
         deadline = self.deadline_ms / 1000.0 if self.deadline_ms is not None else None
@@ -112,6 +126,8 @@ class Scenario:
         known = list(tools)
         issues = []
         for index, spec in enumerate(self.spec.turns):
+            if spec.model:  # the executor answers unknown tools and bad arguments to the model
+                continue
             try:
                 validate(spec.to_turn(), known)
             except TurnError as exc:
@@ -155,7 +171,15 @@ async def run_scenario(
     for spec, turn in zip(scenario.spec.turns, scenario.turns(run), strict=True):
         if spec.after_ms:
             await anyio.sleep(spec.after_ms / 1000.0)
-        result = await engine.run_turn(turn)
+        if spec.model:
+            executor = ToolCallExecutor(engine, deadline_s=turn.deadline_s)
+            calls = [LLMToolCall(c.id, c.tool, dict(c.args)) for c in spec.calls]
+            batch = await executor.run(calls, turn_id=turn.id)
+            if batch.turn is None:  # the executor refused every call: no turn ran
+                continue
+            result = batch.turn
+        else:
+            result = await engine.run_turn(turn)
         results.append(result)
         if on_turn is not None:
             maybe = on_turn(result)

@@ -12,6 +12,11 @@ Turn rows, the tools each turn touched and the attempts table are derived in the
 transaction as the events they come from: a batch is all or nothing, so a crash never leaves a
 half-written turn.
 
+Since schema 2 the store is also how a console reaches an engine in another process: it follows
+the events as they are committed (:meth:`TraceStore.events_after`), seeds its board from
+:meth:`TraceStore.tool_states`, and queues operator actions in the ``commands`` table, which the
+engine polls and acknowledges (:mod:`engine.commands`).
+
 Opening never modifies a file it refuses: a file that is not SQLite, a SQLite database of
 another application, a corrupt, locked or unreadable file, or a schema newer than this code
 raises :class:`TraceStoreError`, whose ``str()`` is one line ending "(left untouched)".
@@ -43,6 +48,7 @@ from urllib.parse import quote
 
 import anyio
 
+from engine.breaker import BreakerState
 from engine.config import one_line
 from engine.events import (
     EVENT_TYPES,
@@ -174,10 +180,42 @@ def _v1(db: Database) -> None:
     )
 
 
-MIGRATIONS: list[Migration] = [_v1]
+def _v2(db: Database) -> None:
+    """Operator commands for an engine in another process, and what an attached console seeds from."""
+    # CHECK constraints: sqlite-utils cannot declare them. expires_at: a command the engine has not
+    # applied by then is refused, never applied late (its sender has stopped waiting).
+    db.execute(
+        "CREATE TABLE commands (id INTEGER PRIMARY KEY, created_at FLOAT NOT NULL,"
+        " action TEXT NOT NULL CHECK (action IN ('trip', 'reset', 'disable')), tool_id TEXT NOT NULL,"
+        " actor TEXT NOT NULL, reason TEXT NOT NULL DEFAULT '',"
+        " status TEXT NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'applied', 'failed')),"
+        " applied_at FLOAT, result TEXT, expires_at FLOAT)"
+    )
+    # The engine polls for pending commands several times a second: only they are indexed.
+    db.execute("CREATE INDEX commands_pending ON commands (id) WHERE status = 'pending'")
+    # A tool's newest breaker transition and manifest change, without scanning its events.
+    db.execute(
+        "CREATE INDEX events_breaker_transitions ON events (tool_id, id) WHERE event_type IN"
+        " ('BreakerOpened', 'BreakerHalfOpened', 'BreakerClosed', 'BreakerTripped', 'BreakerReset',"
+        " 'BreakerDisabled')"
+    )
+    db.execute(
+        "CREATE INDEX events_manifest_changes ON events (tool_id, id)"
+        " WHERE event_type IN ('ManifestLoaded', 'ManifestRemoved')"
+    )
+    db.execute("CREATE INDEX manifests_by_tool ON manifests (tool_id, first_seen)")
+
+
+MIGRATIONS: list[Migration] = [_v1, _v2]
 """Migration ``i`` takes a store from schema version ``i`` to ``i + 1``; never edit a released one."""
 SCHEMA_VERSION = len(MIGRATIONS)
-TABLES = frozenset({"meta", "turns", "turn_tools", "events", "attempts", "manifests"})
+TABLES = frozenset({"meta", "turns", "turn_tools", "events", "attempts", "manifests", "commands"})
+# Must match the partial indexes' WHERE clauses of _v2 word for word, or SQLite will not use them.
+_BREAKER_TRANSITIONS = (
+    "event_type IN ('BreakerOpened', 'BreakerHalfOpened', 'BreakerClosed', 'BreakerTripped', 'BreakerReset',"
+    " 'BreakerDisabled')"
+)
+_MANIFEST_CHANGES = "event_type IN ('ManifestLoaded', 'ManifestRemoved')"
 
 
 # --- rows -----------------------------------------------------------------------------------
@@ -241,6 +279,74 @@ class StoredTurn:
     manifests: dict[str, str] | None
 
 
+CommandAction = Literal["trip", "reset", "disable"]
+COMMAND_ACTIONS: tuple[CommandAction, ...] = ("trip", "reset", "disable")
+CommandStatus = Literal["pending", "applied", "failed"]
+
+
+@dataclass(frozen=True, slots=True)
+class CommandRow:
+    """An operator command for the engine serving this store (see :mod:`engine.commands`)."""
+
+    id: int
+    created_at: float
+    action: CommandAction
+    tool_id: str
+    actor: str
+    reason: str
+    status: CommandStatus
+    applied_at: float | None
+    """When the engine acknowledged it (applied or failed)."""
+    result: str | None
+    """Applied: the breaker state the action left; failed: why, on one line."""
+    expires_at: float | None
+    """Not applied by then, it is refused: its sender has stopped waiting."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredManifest:
+    """A tool's newest manifest version as the store knows it."""
+
+    digest: str
+    content: dict[str, Any]
+    version: int | None
+    """The engine's registry version, when a ManifestLoaded event said (not for the versions an
+    engine started with: it announces only reloads)."""
+    path: str | None
+    at: float
+    """When it came into force, or was first stored."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredBreaker:
+    """A tool's newest breaker state: its last transition, or a later turn's snapshot."""
+
+    state: BreakerState
+    consecutive_failures: int
+    half_open_at: float | None
+    """Engine time at which an OPEN breaker admits a probe."""
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class ToolState:
+    tool_id: str
+    breaker: StoredBreaker | None
+    manifest: StoredManifest | None
+
+
+@dataclass(frozen=True, slots=True)
+class StoreSnapshot:
+    """Every tool seen in the store, as of one moment: event ``last_event_id``."""
+
+    tools: list[ToolState]
+    last_event_id: int
+    """0 when there are no events; follow with :meth:`TraceStore.events_after`."""
+    newest_at: float | None
+    """Wall-clock and engine time of the newest event."""
+    newest_t: float | None
+
+
 # --- encoding events ------------------------------------------------------------------------
 
 _COLUMNS = ("turn_id", "call_id", "tool_id")
@@ -276,6 +382,7 @@ def _dumps(value: Any) -> str:
 
 _loads = json.loads
 _EVENT_COLUMNS = "id, event_type, turn_id, call_id, tool_id, at, t, data"
+_COMMAND_COLUMNS = "id, created_at, action, tool_id, actor, reason, status, applied_at, result, expires_at"
 
 
 @dataclass(frozen=True, slots=True)
@@ -577,7 +684,8 @@ class TraceStore(_ClosedOnExit):
     creates one. ``synchronous`` trades durability against power loss for speed (in WAL mode
     ``NORMAL`` already survives a killed process). ``busy_timeout_ms`` is how long to wait for
     another writer before reporting the store locked. ``verify`` runs ``PRAGMA quick_check`` on
-    open (it reads the whole file: large stores open faster without it).
+    open (it reads the whole file: large stores open faster without it). ``create=False`` opens an
+    existing store read-write but never creates one (an attached console writing commands).
     """
 
     def __init__(
@@ -588,6 +696,7 @@ class TraceStore(_ClosedOnExit):
         synchronous: str = "NORMAL",
         busy_timeout_ms: int = 5000,
         verify: bool = True,
+        create: bool = True,
     ) -> None:
         if synchronous.upper() not in SYNCHRONOUS:
             raise ValueError(f"synchronous must be one of {', '.join(SYNCHRONOUS)}, got {synchronous!r}")
@@ -597,7 +706,7 @@ class TraceStore(_ClosedOnExit):
         self._open_turns: dict[str, _OpenTurn] = {}
         self._faults: dict[tuple[Any, ...], str] = {}
         self._closed = False
-        self._conn = _open(self.path, readonly, synchronous.upper(), busy_timeout_ms, verify)
+        self._conn = _open(self.path, readonly, synchronous.upper(), busy_timeout_ms, verify, create)
 
     @functools.cached_property
     def db(self) -> Database:
@@ -688,6 +797,7 @@ class TraceStore(_ClosedOnExit):
         add_row, add_attempt = rows.append, attempts.append
         open_turns, faults, codecs, dumps = self._open_turns, self._faults, _CODECS, _dumps
         missing: dict[str, None] = {}
+        finished: list[str] = []
         event_id = first_id - 1
         for event in events:
             codec = codecs.get(type(event)) or _codec_of(type(event))
@@ -733,12 +843,17 @@ class TraceStore(_ClosedOnExit):
                      None, None, None, None, e.attempt_ms, fault, e.at)
                 )  # fmt: skip
             elif action == _FINISHED:
-                turn = open_turns.pop(e.turn_id, None) or self._find_turn(e.turn_id)
+                turn = open_turns.get(e.turn_id) or self._find_turn(e.turn_id)
                 if turn is not None:
                     pending.finished.append(
                         (e.at, e.duration_ms, e.outcome, e.summary, e.executed, dumps(e.statuses), turn.rowid)
                     )
+                    # Forgotten after this batch: events after the turn's end (the answers the
+                    # model received) may follow in it, and its row is only inserted at the end.
+                    finished.append(e.turn_id)
         pending.flush(conn)
+        for turn_id in finished:
+            open_turns.pop(turn_id, None)
         last = conn.execute("SELECT max(id) FROM events").fetchone()[0]
         if events and last != event_id:  # never expected: the attempts would point at other events
             raise sqlite3.IntegrityError(f"event ids {first_id}..{event_id} were assigned up to {last}")
@@ -997,12 +1112,247 @@ class TraceStore(_ClosedOnExit):
         return count
 
     def counts(self) -> dict[str, int]:
-        """Rows per table, and turns still ``running``."""
+        """Rows per trace table (operator commands are not traces), and turns still ``running``."""
         with self._lock:
-            out = {table: int(self._query(f"SELECT count(*) FROM {table}")[0][0]) for table in sorted(TABLES)}
+            tables = sorted(TABLES - {"commands"})
+            out = {table: int(self._query(f"SELECT count(*) FROM {table}")[0][0]) for table in tables}
             out["running"] = int(self._query("SELECT count(*) FROM turns WHERE outcome = 'running'")[0][0])
         out.pop("meta", None)
         return out
+
+    # --- following a live engine --------------------------------------------------------
+
+    def events_after(
+        self,
+        event_id: int,
+        *,
+        limit: int = 1000,
+        on_unreadable: Callable[[int, str], None] | None = None,
+    ) -> list[tuple[int, Event]]:
+        """The events stored after row ``event_id``, as (row id, event), in id order: how a console
+        follows an engine in another process (ids grow in commit order; a batch is seen whole).
+
+        An event that cannot be read raises, unless ``on_unreadable(row id, problem)`` is given: then
+        it is reported there and skipped (a newer engine may write types this code does not know).
+        """
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        with self._lock:
+            rows = self._query(
+                f"SELECT {_EVENT_COLUMNS} FROM events WHERE id > ? ORDER BY id LIMIT ?", (event_id, limit)
+            )
+        if on_unreadable is None:
+            return [(row[0], self._decode(row)) for row in rows]
+        out: list[tuple[int, Event]] = []
+        for row in rows:
+            try:
+                out.append((row[0], decode_event(*row[1:])))
+            except (ValueError, TypeError) as exc:
+                on_unreadable(row[0], one_line(f"{row[1]}: {exc}"))
+        return out
+
+    def tool_states(self) -> StoreSnapshot:
+        """Every tool seen in the store with its newest manifest version and breaker state, read in
+        one transaction, and the id of the newest event: follow it with :meth:`events_after`."""
+        with self._lock:
+            conn = self._conn
+            try:
+                conn.execute("BEGIN")  # one snapshot: the writer may commit between our queries
+            except sqlite3.Error as exc:
+                raise self._fail("read", exc) from None
+            try:
+                newest = self._query("SELECT id, at, t FROM events ORDER BY id DESC LIMIT 1")
+                tool_ids = sorted(
+                    {
+                        *self._distinct_tools("turn_tools", "1"),
+                        *self._distinct_tools("manifests", "1"),
+                        *self._distinct_tools("events", _BREAKER_TRANSITIONS),
+                        *self._distinct_tools("events", _MANIFEST_CHANGES),
+                    }
+                )
+                tools = [self._tool_state(tool_id) for tool_id in tool_ids]
+            finally:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("COMMIT")
+        last_id, newest_at, newest_t = newest[0] if newest else (0, None, None)
+        return StoreSnapshot(tools, int(last_id), newest_at, newest_t)
+
+    def _distinct_tools(self, table: str, where: str) -> list[str]:
+        """Distinct tool ids by skipping through an index on (tool_id, …): one probe per tool."""
+        sql = (
+            "WITH RECURSIVE tools(tool_id) AS ("
+            f" SELECT (SELECT min(tool_id) FROM {table} WHERE {where})"
+            f" UNION ALL SELECT (SELECT min(tool_id) FROM {table} WHERE {where} AND tool_id > tools.tool_id)"
+            " FROM tools WHERE tool_id IS NOT NULL)"
+            " SELECT tool_id FROM tools WHERE tool_id IS NOT NULL"
+        )
+        return [r[0] for r in self._query(sql)]
+
+    def _tool_state(self, tool_id: str) -> ToolState:
+        transition = self._query(
+            f"SELECT {_EVENT_COLUMNS} FROM events WHERE tool_id = ? AND {_BREAKER_TRANSITIONS}"
+            " ORDER BY id DESC LIMIT 1",
+            (tool_id,),
+        )
+        change = self._query(
+            f"SELECT {_EVENT_COLUMNS} FROM events WHERE tool_id = ? AND {_MANIFEST_CHANGES}"
+            " ORDER BY id DESC LIMIT 1",
+            (tool_id,),
+        )
+        # The newest turn that used the tool: the breaker and manifest it started with.
+        turn = self._query(
+            "SELECT t.t_start, t.started_at, t.breakers, t.manifests,"
+            " (SELECT min(id) FROM events WHERE turn = t.id)"
+            " FROM turn_tools x JOIN turns t ON t.id = x.turn WHERE x.tool_id = ?"
+            " ORDER BY x.started_at DESC, x.turn DESC LIMIT 1",
+            (tool_id,),
+        )
+        stored = self._query(
+            "SELECT digest, first_seen FROM manifests WHERE tool_id = ? ORDER BY first_seen DESC LIMIT 1",
+            (tool_id,),
+        )
+        t_start, started_at, breakers, digests, turn_event_id = turn[0] if turn else (None,) * 5
+        return ToolState(
+            tool_id,
+            self._newest_breaker(tool_id, transition, t_start, started_at, breakers, turn_event_id),
+            self._newest_manifest(tool_id, change, started_at, digests, stored),
+        )
+
+    def _newest_breaker(
+        self, tool_id: str, transition: list[Any], t_start: float | None, started_at: float | None,
+        breakers: str | None, turn_event_id: int | None,
+    ) -> StoredBreaker | None:  # fmt: skip
+        snapshot = (_json(breakers) or {}).get(tool_id) if breakers else None
+        if transition:
+            event: Any = self._decode(transition[0])
+            # A turn that started after the transition saw its outcome, and maybe a later timer's.
+            later = snapshot is not None and (turn_event_id or 0) > transition[0][0]
+            if not later:
+                half_open_at = event.half_open_at if event.to_state is BreakerState.OPEN else None
+                return StoredBreaker(event.to_state, event.consecutive_failures, half_open_at, event.at)
+        if not isinstance(snapshot, dict) or started_at is None or t_start is None:
+            return None
+        try:
+            state = BreakerState(snapshot["state"])
+            half_open_in = snapshot.get("half_open_in_s")
+            half_open_at = t_start + float(half_open_in) if half_open_in is not None else None
+            failures = int(snapshot.get("consecutive_failures") or 0)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise TraceStoreError(
+                self.path, f"the breaker snapshot of {tool_id!r} cannot be read: {exc}", untouched=False
+            ) from None
+        if state is not BreakerState.OPEN:
+            half_open_at = None
+        return StoredBreaker(state, failures, half_open_at, started_at)
+
+    def _newest_manifest(
+        self, tool_id: str, change: list[Any], started_at: float | None, digests: str | None,
+        stored: list[Any],
+    ) -> StoredManifest | None:  # fmt: skip
+        # Three witnesses, newest wins: a ManifestLoaded/Removed event, the newest stored version,
+        # and the digest the tool's newest turn started with. On a tie the event wins: it knows more.
+        candidates: list[tuple[float, int, str | None, Any]] = []
+        if change:
+            event: Any = self._decode(change[0])
+            digest = event.digest if isinstance(event, ManifestLoaded) else None
+            candidates.append((event.at, 2, digest, event))
+        in_turn = (_json(digests) or {}).get(tool_id) if digests else None
+        if isinstance(in_turn, str) and started_at is not None:
+            candidates.append((started_at, 1, in_turn, None))
+        if stored:
+            candidates.append((stored[0][1], 0, stored[0][0], None))
+        if not candidates:
+            return None
+        _, _, digest, event = max(candidates, key=lambda c: (c[0], c[1]))
+        if digest is None:  # removed: the defaults apply now
+            return None
+        if not isinstance(event, ManifestLoaded):
+            found = self._query(
+                f"SELECT {_EVENT_COLUMNS} FROM events WHERE tool_id = ? AND {_MANIFEST_CHANGES}"
+                " AND event_type = 'ManifestLoaded' AND json_extract(data, '$.digest') = ?"
+                " ORDER BY id DESC LIMIT 1",
+                (tool_id, digest),
+            )
+            event = self._decode(found[0]) if found else None
+        content = self._query("SELECT content, first_seen FROM manifests WHERE digest = ?", (digest,))
+        if isinstance(event, ManifestLoaded):
+            body = event.manifest if event.manifest is not None else _json(content[0][0]) if content else {}
+            return StoredManifest(digest, body or {}, event.version, event.path, event.at)
+        if not content:
+            return StoredManifest(digest, {}, None, None, started_at or 0.0)
+        return StoredManifest(digest, _json(content[0][0]) or {}, None, None, content[0][1])
+
+    # --- operator commands -----------------------------------------------------------------
+
+    def submit_command(
+        self,
+        action: CommandAction,
+        tool_id: str,
+        *,
+        actor: str,
+        reason: str = "",
+        expires_at: float | None = None,
+        now: float | None = None,
+    ) -> int:
+        """Queue an operator action for the engine serving this store; returns the command's id."""
+        if self.readonly:
+            raise TraceStoreError(self.path, "opened read-only: cannot submit commands", untouched=False)
+        if action not in COMMAND_ACTIONS:
+            raise ValueError(f"action must be one of {', '.join(COMMAND_ACTIONS)}, got {action!r}")
+        if not tool_id or not actor:
+            raise ValueError(f"a command needs a tool and an actor, got {tool_id!r} and {actor!r}")
+        with self._lock:
+            try:
+                cursor = self._conn.execute(
+                    "INSERT INTO commands (created_at, action, tool_id, actor, reason, expires_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    (time.time() if now is None else now, action, tool_id, actor, reason, expires_at),
+                )
+            except sqlite3.Error as exc:
+                raise self._fail("submitting a command", exc) from None
+        assert cursor.lastrowid is not None
+        return cursor.lastrowid
+
+    def pending_commands(self, limit: int = 100) -> list[CommandRow]:
+        """Commands not acknowledged yet, oldest first."""
+        with self._lock:
+            rows = self._query(
+                f"SELECT {_COMMAND_COLUMNS} FROM commands WHERE status = 'pending' ORDER BY id LIMIT ?",
+                (limit,),
+            )
+        return [CommandRow(*row) for row in rows]
+
+    def acknowledge_command(
+        self,
+        command_id: int,
+        status: Literal["applied", "failed"],
+        result: str,
+        *,
+        now: float | None = None,
+    ) -> bool:
+        """Mark a pending command applied or failed, with its result; False if it was not pending."""
+        if self.readonly:
+            raise TraceStoreError(self.path, "opened read-only: cannot acknowledge commands", untouched=False)
+        if status not in ("applied", "failed"):
+            raise ValueError(f"status must be 'applied' or 'failed', got {status!r}")
+        with self._lock:
+            try:
+                cursor = self._conn.execute(
+                    "UPDATE commands SET status = ?, result = ?, applied_at = ?"
+                    " WHERE id = ? AND status = 'pending'",
+                    (status, one_line(result), time.time() if now is None else now, command_id),
+                )
+            except sqlite3.Error as exc:
+                raise self._fail("acknowledging a command", exc) from None
+        return cursor.rowcount == 1
+
+    def command(self, command_id: int) -> CommandRow:
+        """One command, as it stands; raises if there is no such command."""
+        with self._lock:
+            rows = self._query(f"SELECT {_COMMAND_COLUMNS} FROM commands WHERE id = ?", (command_id,))
+        if not rows:
+            raise TraceStoreError(self.path, f"no command {command_id}", untouched=False)
+        return CommandRow(*rows[0])
 
     # --- retention -----------------------------------------------------------------------
 
@@ -1088,13 +1438,17 @@ def _attempt_row(r: Sequence[Any], events: Mapping[int, Event]) -> AttemptRow:
 
 
 def _open(
-    path: Path, readonly: bool, synchronous: str, busy_timeout_ms: int, verify: bool
+    path: Path, readonly: bool, synchronous: str, busy_timeout_ms: int, verify: bool, create: bool = True
 ) -> sqlite3.Connection:
     """Open (or create) the store, refusing anything that is not a healthy tripwire store of ours."""
     if readonly:
         _inspect(path, readonly=True)
         return _validated(path, busy_timeout_ms, verify, readonly=True)
-    created = _create_file(path)
+    if create:
+        created = _create_file(path)
+    else:
+        _inspect(path, readonly=True)  # nothing there, or an empty file: refused, never created
+        created = False
     # An empty file is a creation that was interrupted before SQLite wrote anything: adopt it.
     fresh = created or not _inspect(path, readonly=False)
     if not fresh:
@@ -1539,12 +1893,20 @@ class TraceRecorder(_ClosedOnExit):
 
 __all__ = [
     "APPLICATION_ID",
+    "COMMAND_ACTIONS",
     "DEFAULT_PATH",
     "MIGRATIONS",
     "SCHEMA_VERSION",
     "AttemptRow",
+    "CommandAction",
+    "CommandRow",
+    "CommandStatus",
     "RecorderStats",
+    "StoreSnapshot",
+    "StoredBreaker",
+    "StoredManifest",
     "StoredTurn",
+    "ToolState",
     "TraceRecorder",
     "TraceStore",
     "TraceStoreError",

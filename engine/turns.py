@@ -10,6 +10,7 @@ reported as timed out (spec §4.2, as the issue settles it).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -29,6 +30,7 @@ from engine.events import (
     TurnDeadlineExceeded,
     TurnFinished,
     TurnStarted,
+    allocate,
 )
 from engine.handler import MISSING, Decision, ErrorHandler
 from engine.trace import TurnTrace
@@ -81,7 +83,12 @@ class Turn:
     """The calls without dependencies, in turn order: they start with the turn."""
     blockers: Mapping[str, int] = field(init=False, repr=False, compare=False)
     """Call id → how many distinct dependencies it waits for (calls that have any)."""
+    tools: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    """The distinct tools the calls use, in turn order."""
+    sources: Mapping[str, tuple[tuple[str, str], ...]] = field(init=False, repr=False, compare=False)
+    """Call id → (argument name, dependency id) for each dependency output it receives."""
     _spec: dict[str, Any] | None = field(init=False, default=None, repr=False, compare=False)
+    _success_summary: str | None = field(init=False, default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         calls = tuple(self.calls)
@@ -101,6 +108,12 @@ class Turn:
         object.__setattr__(self, "ids", tuple(c.id for c in calls))
         object.__setattr__(self, "roots", tuple(c for c in calls if not c.depends_on))
         object.__setattr__(self, "blockers", blockers)
+        object.__setattr__(self, "tools", tuple(dict.fromkeys(c.tool for c in calls)))
+        sources = {
+            c.id: tuple((c.inputs if c.inputs is not None else {d: d for d in c.depends_on}).items())
+            for c in calls
+        }
+        object.__setattr__(self, "sources", sources)
         depth: dict[str, int] = {}
         for call in calls:  # no cycles (checked above), so this terminates
             depth[call.id] = _depth(call.id, self.by_id, depth)
@@ -117,6 +130,16 @@ class Turn:
             object.__setattr__(self, "_spec", self._make_spec())
         assert self._spec is not None
         return self._spec
+
+    @property
+    def success_summary(self) -> str:
+        """What :func:`summarize` says when every call simply succeeded (no alternative, default or
+        partial result): that depends only on the turn's tools, so it is worked out once."""
+        if self._success_summary is None:
+            plain = [CallOutcome(c.id, c.tool, CallStatus.SUCCEEDED) for c in self.calls]
+            object.__setattr__(self, "_success_summary", summarize(plain))
+        assert self._success_summary is not None
+        return self._success_summary
 
     def _make_spec(self) -> dict[str, Any]:
         return {
@@ -173,6 +196,10 @@ class CallStatus(StrEnum):
 
 
 _OK = (CallStatus.SUCCEEDED, CallStatus.PARTIAL)
+_SUCCEEDED = CallStatus.SUCCEEDED.value
+_time_of = operator.attrgetter("t")
+_LANE_TASK = f"{__name__}.TurnRunner._lane"
+"""The name anyio gives a lane's task: given, it is not worked out again for every task."""
 
 
 @dataclass(slots=True)
@@ -252,21 +279,26 @@ class TurnResult:
     @property
     def outcome(self) -> str:
         """One word for the whole turn: ok, degraded, failed, timed_out or canceled."""
-        return self._outcome(self.executed)
+        return self._outcome(self.executed, self.ok)
 
-    def _outcome(self, executed: int) -> str:
-        """:attr:`outcome`, given :attr:`executed` (the runner has it already)."""
+    def _outcome(self, executed: int, ok: bool) -> str:
+        """:attr:`outcome`, given :attr:`executed` and :attr:`ok` (the runner has them already)."""
         if self.canceled:
             return "canceled"
         if self.timed_out:
             return "timed_out"
         if self.outcomes and executed == 0:  # failed
             return "failed"
-        return "ok" if self.ok else "degraded"
+        return "ok" if ok else "degraded"
 
 
 def validate(turn: Turn, tools: Collection[str]) -> None:
     """Reject a turn that names tools the engine does not have, before anything runs."""
+    for tool in turn.tools:  # each distinct tool once
+        if tool not in tools:
+            break
+    else:
+        return
     unknown = [call for call in turn.calls if call.tool not in tools]
     if unknown:
         listed = ", ".join(sorted(tools))
@@ -344,6 +376,25 @@ class _Ready:
 class TurnRunner:
     """Runs one turn on an engine; see :meth:`engine.Engine.run_turn`."""
 
+    __slots__ = (
+        "_tasks",
+        "calls",
+        "deadline",
+        "dependants",
+        "engine",
+        "handler",
+        "launched",
+        "outcomes",
+        "seed",
+        "stop",
+        "stopped",
+        "succeeded",
+        "trace",
+        "turn",
+        "turn_id",
+        "waiting",
+    )
+
     def __init__(
         self,
         engine: Engine,
@@ -361,35 +412,34 @@ class TurnRunner:
         self.calls = turn.by_id
         self.dependants = turn.dependants
         self.outcomes: dict[str, CallOutcome] = {}
+        self.succeeded = 0
+        """How many outcomes simply succeeded (no alternative, default or partial result)."""
         self.launched: set[str] = set()
         self.waiting = dict(turn.blockers)
         """Call id → how many of its dependencies are not final yet."""
         self.stopped = False
-        self.turn_id = ""
-        self.trace = TurnTrace("")
-        self.deadline: float | None = None
-        self.seed = seed or ""
-        self._tasks: anyio.abc.TaskGroup | None = None
-
-    async def run(self) -> TurnResult:
-        engine, turn = self.engine, self.turn
         self.turn_id = turn.id or engine.next_turn_id()
         self.trace = TurnTrace(self.turn_id)
         # One draw per turn seeds every call's jitter: retries never depend on task scheduling.
-        self.seed = self.seed or f"{engine.rng.getrandbits(64):x}"
+        self.seed = seed or f"{engine.rng.getrandbits(64):x}"
+        self.deadline: float | None = None
+        self._tasks: anyio.abc.TaskGroup | None = None
+
+    async def run(self) -> TurnResult:
+        engine, turn, turn_id = self.engine, self.turn, self.turn_id
         clock = engine.clock
         start = clock()
         self.deadline = start + turn.deadline_s if turn.deadline_s is not None else None
         breakers, manifests = (
             engine.starting_state((c.tool for c in turn.calls), start) if engine.record else (None, None)
         )
-        self._publish(
-            TurnStarted(
-                at=engine.wall_clock(), t=start, turn_id=self.turn_id, calls=turn.ids,
-                deadline_ms=turn.deadline_s * 1000.0 if turn.deadline_s is not None else None,
-                spec=turn.spec, seed=self.seed, breakers=breakers, manifests=manifests,
-            )
+        started = allocate(TurnStarted)
+        TurnStarted.__init__(
+            started, at=engine.wall_clock(), t=start, turn_id=turn_id, calls=turn.ids,
+            deadline_ms=turn.deadline_s * 1000.0 if turn.deadline_s is not None else None,
+            spec=turn.spec, seed=self.seed, breakers=breakers, manifests=manifests,
         )  # fmt: skip
+        self._publish(started)
         ready = [_Ready(c, dict(c.args)) for c in turn.roots]
         if self.stop is None:
             cut = await self._run_calls(ready)
@@ -399,46 +449,45 @@ class TurnRunner:
                 cut = await self._run_calls(ready)
                 watcher.cancel_scope.cancel()
         now = clock()
+        stopped = self.stopped
         unfinished: tuple[str, ...] = ()
         if len(self.outcomes) < len(turn.ids):  # cut off by the deadline or a stop
             unfinished = tuple(cid for cid in turn.ids if cid not in self.outcomes)
-        timed_out = cut and not self.stopped
+        timed_out = cut and not stopped
         for cid in unfinished:
-            self._cut_off(self.calls[cid], stopped=self.stopped)
-        if unfinished and self.stopped:
-            self._publish(
-                TurnCanceled(at=engine.wall_clock(), t=now, turn_id=self.turn_id, unfinished=unfinished)
-            )
+            self._cut_off(self.calls[cid], stopped=stopped)
+        if unfinished and stopped:
+            self._publish(TurnCanceled(at=engine.wall_clock(), t=now, turn_id=turn_id, unfinished=unfinished))
         elif timed_out:
             assert turn.deadline_s is not None
             self._publish(
                 TurnDeadlineExceeded(
-                    at=engine.wall_clock(), t=now, turn_id=self.turn_id, deadline_ms=turn.deadline_s * 1000.0,
+                    at=engine.wall_clock(), t=now, turn_id=turn_id, deadline_ms=turn.deadline_s * 1000.0,
                     unfinished=unfinished,
                 )
             )  # fmt: skip
         self._sort_trace()
         outcomes = {cid: self.outcomes[cid] for cid in turn.ids}
-        summary = summarize(outcomes.values())
+        if self.succeeded == len(outcomes):  # nearly every turn: nothing to look into
+            summary = turn.success_summary
+            statuses = dict.fromkeys(turn.ids, _SUCCEEDED)
+            executed, ok = len(outcomes), True
+        else:
+            summary = summarize(outcomes.values())
+            statuses = {cid: o.status.value for cid, o in outcomes.items()}
+            executed = sum(o.executed for o in outcomes.values())
+            ok = all(o.ok for o in outcomes.values())
         result = TurnResult(
-            self.turn_id,
-            outcomes,
-            self.trace,
-            summary,
-            timed_out,
-            self.stopped and bool(unfinished),
-            now - start,
+            turn_id, outcomes, self.trace, summary, timed_out, stopped and bool(unfinished), now - start
         )
-        executed = result.executed
-        self._publish(
-            TurnFinished(
-                at=engine.wall_clock(), t=now, turn_id=self.turn_id, summary=summary,
-                statuses={cid: o.status.value for cid, o in outcomes.items()}, executed=executed,
-                duration_ms=(now - start) * 1000.0, outcome=result._outcome(executed),
-            )
+        finished = allocate(TurnFinished)
+        TurnFinished.__init__(
+            finished, at=engine.wall_clock(), t=now, turn_id=turn_id, summary=summary, statuses=statuses,
+            executed=executed, duration_ms=(now - start) * 1000.0, outcome=result._outcome(executed, ok),
         )  # fmt: skip
+        self._publish(finished)
         if engine.recorder is not None:
-            await engine.recorder.turn_finished(self.turn_id)  # durable when run_turn returns
+            await engine.recorder.turn_finished(turn_id)  # durable when run_turn returns
         return result
 
     def _sort_trace(self) -> None:
@@ -448,6 +497,9 @@ class TurnRunner:
         already: one pass checks it, and only a trace that is not gets sorted.
         """
         events = self.trace.events
+        times = list(map(_time_of, events))
+        if all(map(operator.lt, times, times[1:])):  # no two at the same instant: in order
+            return
         key = self._trace_order
         for before, after in pairwise(events):
             if after.t < before.t or (after.t == before.t and key(after) < key(before)):
@@ -509,15 +561,20 @@ class TurnRunner:
         contexts = [self._context(item.call) for item in ready]
         assert self._tasks is not None
         for item, ctx in zip(ready[1:], contexts[1:], strict=True):
-            self._tasks.start_soon(self._lane, item, ctx)
+            self._tasks.start_soon(self._lane, item, ctx, name=_LANE_TASK)
         await self._lane(ready[0], contexts[0])
 
     async def _lane(self, item: _Ready, ctx: CallContext) -> None:
         """Run a call; then carry on in this task with what it released (a task saved per edge)."""
+        execute, handler, dependants = self.engine.execute, self.handler, self.dependants
         while True:
             call = item.call
-            result = await self.engine.execute(call.tool, item.args, ctx, handler=self.handler)
-            self.outcomes[call.id] = _outcome_of(call, result, item.used_default)
+            result = await execute(call.tool, item.args, ctx, handler)
+            outcome = self.outcomes[call.id] = _outcome_of(call, result, item.used_default)
+            if outcome.status is CallStatus.SUCCEEDED and not outcome.served_by and not item.used_default:
+                self.succeeded += 1
+            if not dependants[call.id]:
+                return
             ready: list[_Ready] = []
             self._settle(call.id, ready)
             if not ready:
@@ -529,16 +586,11 @@ class TurnRunner:
 
     def _context(self, call: ToolCall) -> CallContext:
         self.launched.add(call.id)
+        # Positional: keywords would cost a dict per call.
         return CallContext(
-            call.id,
-            self.turn_id,
-            self.deadline,
-            call.optional,
-            self.dependants[call.id],
-            self.trace.events,
-            seed=self.seed,
-            call_ordinal=self.engine.next_call_ordinal(call.tool),
-        )
+            call.id, self.turn_id, self.deadline, call.optional, self.dependants[call.id], self.trace.events,
+            self.seed, self.engine.next_call_ordinal(call.tool),
+        )  # fmt: skip
 
     def _settle(self, call_id: str, ready: list[_Ready]) -> None:
         """A call is final: resolve the dependants that were waiting only for it."""
@@ -550,11 +602,14 @@ class TurnRunner:
 
     def _resolve(self, call: ToolCall, ready: list[_Ready]) -> None:
         """Every dependency of ``call`` is final: run it, run it with its default, or cascade."""
-        failed = tuple(d for d in call.depends_on if not self.outcomes[d].ok)
+        outcomes = self.outcomes
+        failed: tuple[str, ...] = ()
+        for dep in call.depends_on:
+            if not outcomes[dep].ok:
+                failed += (dep,)
         args = dict(call.args)
-        mapping = call.inputs if call.inputs is not None else {d: d for d in call.depends_on}
-        for param, dep in mapping.items():
-            outcome = self.outcomes[dep]
+        for param, dep in self.turn.sources[call.id]:
+            outcome = outcomes[dep]
             args[param] = outcome.value if outcome.ok else call.default
         if not failed:
             ready.append(_Ready(call, args))

@@ -10,7 +10,8 @@ import anyio
 import pytest
 import trio.testing
 
-from engine.events import vocabulary_markdown
+from engine.events import BreakerTripped, vocabulary_markdown
+from engine.store import TraceStore
 
 ROOT = Path(__file__).parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -47,7 +48,7 @@ def runnable_examples() -> list[str]:
 
 
 def test_every_complete_example_is_run_here() -> None:
-    assert len(runnable_examples()) == 3
+    assert len(runnable_examples()) == 4
 
 
 def test_the_api_example_runs(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
@@ -82,3 +83,17 @@ def test_the_trace_store_example_runs(
     assert (tmp_path / "traces" / "traces.db").stat().st_mode & 0o777 == 0o600
     exported = (tmp_path / "last-hour.jsonl").read_text().splitlines()
     assert len(exported) == 4 and '"event_type": "TurnStarted"' in exported[0]
+
+
+def test_the_operator_commands_example_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "manifests").symlink_to(ROOT / "manifests")
+    (tmp_path / "traces").mkdir()
+    run_example(runnable_examples()[3], monkeypatch, cwd=tmp_path)
+    assert capsys.readouterr().out.splitlines() == ["FORCED_OPEN applied"]
+    with TraceStore(tmp_path / "traces" / "traces.db", readonly=True) as store:
+        (tripped,) = [e for e in store.events() if isinstance(e, BreakerTripped)]
+        assert (tripped.tool_id, tripped.actor, tripped.reason) == (
+            "hotel_search", "operator:ana", "vendor maintenance",
+        )  # fmt: skip

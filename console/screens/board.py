@@ -184,6 +184,10 @@ class BoardScreen(ConsoleScreen):
         else:
             self.query_one(CardGrid).show(ordered, now, marked, keep)
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # During a replay space plays and pauses it, and there is nothing to act on.
+        return not (action == "mark" and self.console_app.replay is not None)
+
     def _matches(self, tool_id: str) -> bool:
         return not self.filter_text or self.filter_text.casefold() in tool_id.casefold()
 

@@ -2,65 +2,17 @@
 
 from __future__ import annotations
 
-from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.content import Content
-from textual.widgets import OptionList, Static, Tree
+from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
-from textual.widgets.tree import TreeNode
 
-from console.model import CallNode, Changes, TurnView
-from console.screens.base import ConsoleScreen, Parts, rich_text
-
-STATUS_STYLE = {
-    "succeeded": "$success",
-    "partial": "$warning",
-    "alternative used": "$accent",
-    "defaulted": "$warning",
-    "failed": "bold $error",
-    "rejected": "bold $error",
-    "escalated": "bold $error",
-    "skipped": "$foreground-muted",
-    "timed out": "bold $warning",
-    "canceled": "$foreground-muted",
-    "running": "$primary",
-    "pending": "$foreground-muted",
-}
-"""Colour by outcome; the outcome is always also written out (SKIPPED, ESCALATED…)."""
-OUTCOME_STYLE = {
-    "ok": "$success",
-    "degraded": "$warning",
-    "failed": "$error",
-    "timed_out": "$error",
-    "canceled": "$foreground-muted",
-    "running": "$primary",
-}
-
-
-def call_label(node: CallNode) -> Parts:
-    label = node.label
-    parts: list[str | tuple[str, str]] = [
-        (node.call_id, "bold"),
-        f" ({node.served_by or node.tool_id}) ",
-        (label.upper(), STATUS_STYLE.get(label, "")),
-    ]
-    if node.optional:
-        parts.append((" optional", "$foreground-muted"))
-    if node.reason:
-        parts.append((f" — {node.reason}", "$foreground-muted"))
-    return parts
-
-
-def turn_label(turn: TurnView) -> Parts:
-    return [
-        (turn.turn_id, "bold"),
-        "  ",
-        (turn.outcome.upper().replace("_", " "), OUTCOME_STYLE.get(turn.outcome, "")),
-        (f"  {turn.summary}" if turn.summary else "", "$foreground-muted"),
-    ]
+from console.model import Changes
+from console.screens.base import ConsoleScreen
+from console.widgets.turn_graph import OUTCOME_STYLE, TurnGraph, turn_label
 
 
 class DependencyScreen(ConsoleScreen):
@@ -74,7 +26,6 @@ class DependencyScreen(ConsoleScreen):
     ]
     DEFAULT_CSS = """
     DependencyScreen #turns { width: 40; height: 1fr; border: none; border-right: vkey $panel-lighten-2; }
-    DependencyScreen #graph { width: 1fr; height: 1fr; scrollbar-size-horizontal: 0; }
     DependencyScreen #summary { height: auto; padding: 0 1; }
     """
 
@@ -89,9 +40,7 @@ class DependencyScreen(ConsoleScreen):
         yield Static(id="summary")
         with Horizontal():
             yield OptionList(id="turns")
-            tree: Tree[str] = Tree("no turn yet", id="graph")
-            tree.show_root = True
-            yield tree
+            yield TurnGraph(id="graph")
 
     def show(self, changes: Changes, now: float, *, full: bool = False) -> None:
         model = self.console_app.model
@@ -107,7 +56,7 @@ class DependencyScreen(ConsoleScreen):
         self.turn_id = current.turn_id
         key = (current.turn_id, current.version)
         if key != self._shown or full:
-            self._draw(current)
+            self.query_one(TurnGraph).show(current)
             self._shown = key
         follow = (
             Content.styled("following the newest turn", "$foreground-muted")
@@ -135,41 +84,6 @@ class DependencyScreen(ConsoleScreen):
         if highlighted is not None and ids:
             options.highlighted = min(highlighted, len(ids) - 1)
         self._turn_ids = ids
-
-    def _draw(self, turn: TurnView) -> None:
-        tree: Tree[str] = self.query_one("#graph", Tree)
-        same_turn = tree.root.data == turn.turn_id and self._same_shape(tree.root, turn)
-        if same_turn:  # relabel in place: expansion and cursor survive
-            self._relabel(tree.root, turn)
-            tree.root.set_label(self._text(turn_label(turn)))
-            return
-        tree.clear()
-        tree.root.data = turn.turn_id
-        tree.root.set_label(self._text(turn_label(turn)))
-        for node in turn.roots():
-            self._add(tree.root, node, turn, ())
-        tree.root.expand_all()
-
-    def _add(self, parent: TreeNode[str], node: CallNode, turn: TurnView, path: tuple[str, ...]) -> None:
-        branch = parent.add(self._text(call_label(node)), data=node.call_id, expand=True)
-        for dependant in turn.dependants(node.call_id):
-            if dependant.call_id not in path:
-                self._add(branch, dependant, turn, (*path, node.call_id))
-        if not branch.children:
-            branch.allow_expand = False
-
-    def _relabel(self, parent: TreeNode[str], turn: TurnView) -> None:
-        for child in parent.children:
-            node = turn.calls.get(child.data or "")
-            if node is not None:
-                child.set_label(self._text(call_label(node)))
-            self._relabel(child, turn)
-
-    def _text(self, parts: Parts) -> Text:
-        return rich_text(parts, self.app.get_css_variables())
-
-    def _same_shape(self, root: TreeNode[str], turn: TurnView) -> bool:
-        return [c.data for c in root.children] == [n.call_id for n in turn.roots()]
 
     def action_follow(self) -> None:
         self.following = True

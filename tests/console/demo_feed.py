@@ -16,6 +16,7 @@ from engine.demo import demo_engine
 from engine.events import Event, TurnStarted
 from engine.faults import FaultInjector
 from engine.scenario import load_scenario, run_scenario
+from engine.store import TraceStore
 from engine.turns import TurnResult
 from tests.console.factory import WALL
 
@@ -29,7 +30,7 @@ def live_demo() -> tuple[tuple[ToolSeed, ...], tuple[Event, ...]]:
     assert scenario.faults is not None
     engine = demo_engine(
         ROOT / "manifests", faults=FaultInjector(scenario.faults), seed=scenario.spec.seed,
-        wall_clock=VirtualWallClock(WALL),
+        wall_clock=VirtualWallClock(WALL), record=True,
     )  # fmt: skip
     outside_turns: list[Event] = []  # breaker timers: no turn's trace has them
     engine.subscribe(
@@ -67,3 +68,15 @@ def events_until(t: float) -> list[Event]:
 def start_of(turn: str) -> float:
     """Engine time at which the demo's turn ``turn`` started."""
     return next(e.t for e in live_demo()[1] if isinstance(e, TurnStarted) and e.turn_id == f"demo/{turn}")
+
+
+def demo_store(path: Path) -> Path:
+    """The demo's pass written to a trace store at ``path``, as a recording engine would: the
+    same file on every run (fixed wall clock, canonical order)."""
+    seeds, events = live_demo()
+    with TraceStore(path) as store:
+        for seed in seeds:
+            if seed.manifest is not None:
+                store.ensure_manifest(seed.manifest.digest, seed.tool_id, seed.manifest.content, at=WALL)
+        store.write(list(events))
+    return path

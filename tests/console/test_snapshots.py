@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from textual.pilot import Pilot
 
 from console.app import ConsoleApp
+from console.screens.traces import TraceScreen
 from tests.console import factory as f
-from tests.console.demo_feed import events_until, live_demo, start_of
+from tests.console.demo_feed import demo_store, events_until, live_demo, start_of
 from tests.console.fakes import FakeLink
 
 SIZE = (130, 36)
@@ -128,3 +130,55 @@ def test_paused_read_only_events(snap_compare: Any) -> None:
         app.flush()
 
     assert snap_compare(app, terminal_size=SIZE, run_before=pause_then_more)
+
+
+def traces_app(tmp_path: Path) -> ConsoleApp:
+    seeds, _ = live_demo()
+    link = FakeLink(seeds, clock=MID_OUTAGE, description="travel agent, live · manifests/")
+    return ConsoleApp(link, actor="operator:test", live=False, traces=demo_store(tmp_path / "traces.db"))
+
+
+async def settle(pilot: Pilot[Any]) -> None:
+    await pilot.pause()
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+
+
+def test_traces_view(snap_compare: Any, tmp_path: Path) -> None:
+    app = traces_app(tmp_path)
+
+    async def browse(pilot: Pilot[Any]) -> None:
+        await pilot.press("5")
+        await settle(pilot)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=browse)
+
+
+def test_a_model_turns_trace(snap_compare: Any, tmp_path: Path) -> None:
+    app = traces_app(tmp_path)
+
+    async def open_turn(pilot: Pilot[Any]) -> None:
+        await pilot.press("5")
+        await settle(pilot)
+        app.push_screen(TraceScreen("demo/ask-model"))
+        await settle(pilot)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=open_turn)
+
+
+def test_replay_paused_mid_turn(snap_compare: Any, tmp_path: Path) -> None:
+    app = traces_app(tmp_path)
+
+    async def replay(pilot: Pilot[Any]) -> None:
+        app.start_replay(turn_id="demo/hotel-slow")
+        await settle(pilot)
+        session = app.replay
+        assert session is not None
+        session.playing = False
+        session.seek(sum(1 for e in session.events if e.t <= start_of("hotel-slow") + 12.0))
+        session.clock = start_of("hotel-slow") + 12.0
+        app.open_tool("hotel_search")
+        await settle(pilot)
+        app.flush()
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=replay)

@@ -19,8 +19,9 @@ pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux
 
 
 class Terminal:
-    def __init__(self, session: str) -> None:
+    def __init__(self, session: str, status_file: Path) -> None:
         self.session = session
+        self.status_file = status_file
 
     def tmux(self, *args: str) -> str:
         return subprocess.run(["tmux", *args], check=True, capture_output=True, text=True).stdout
@@ -30,6 +31,15 @@ class Terminal:
 
     def press(self, *keys: str) -> None:
         self.tmux("send-keys", "-t", self.session, *keys)
+
+    def exit_status(self, timeout: float = 30.0) -> int | None:
+        """The console's exit status, which the shell running it writes once it has ended."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.status_file.exists() and (text := self.status_file.read_text().strip()):
+                return int(text)
+            time.sleep(0.1)
+        return None
 
     def wait_for(self, condition: Callable[[str], bool], what: str, timeout: float = 20.0) -> str:
         """Poll the screen until ``condition`` holds: the console runs in real time."""
@@ -42,27 +52,24 @@ class Terminal:
             time.sleep(0.1)
         raise AssertionError(f"{what} did not show within {timeout}s; the screen:\n{screen}")
 
-    def exit_status(self) -> int | None:
-        """None while the program runs; its exit status after (-1: killed by a signal)."""
-        out = self.tmux("list-panes", "-t", self.session, "-F", "#{pane_dead} #{pane_dead_status}").split()
-        if not out or out[0] != "1":
-            return None
-        return int(out[1]) if len(out) > 1 else -1
-
 
 @pytest.fixture
 def terminal(tmp_path: Path) -> Iterator[Terminal]:
     session = f"tripwire-test-{uuid.uuid4().hex[:8]}"
-    # COLUMNS and LINES (pytest's terminal may set them) would override the pane's size.
+    # COLUMNS and LINES (pytest's terminal may set them) would override the pane's size. A shell
+    # runs the console and writes its exit status to a file: tmux does not always report a
+    # program's, and what it prints may be gone from the pane by the time it is read.
     argv = ["env", "-u", "COLUMNS", "-u", "LINES", sys.executable, "-m", "console", "console"]
-    command = shlex.join([*argv, "--traces", str(tmp_path / "t.db")])
+    status_file = tmp_path / "exit-status"
+    console = shlex.join([*argv, "--traces", str(tmp_path / "t.db")])
+    command = f"{console}; echo $? > {shlex.quote(str(status_file))}"
     subprocess.run(
         ["tmux", "new-session", "-d", "-s", session, "-x", "140", "-y", "40", "-c", str(ROOT), command],
         check=True,
     )
     subprocess.run(["tmux", "set-option", "-t", session, "remain-on-exit", "on"], check=True)
     try:
-        yield Terminal(session)
+        yield Terminal(session, status_file)
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
 
@@ -75,8 +82,5 @@ def test_the_console_runs_in_a_real_terminal_and_quits_cleanly(terminal: Termina
     terminal.press("2")
     terminal.wait_for(lambda s: "Follow" in s, "the dependency view")
     terminal.press("q")
-    deadline = time.monotonic() + 10
-    while terminal.exit_status() is None and time.monotonic() < deadline:
-        time.sleep(0.1)
     assert terminal.exit_status() == 0, terminal.screen()
     assert (tmp_path / "t.db").exists(), "the run was recorded"

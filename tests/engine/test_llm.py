@@ -21,6 +21,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine import Decision, Engine, ErrorKind, FailureContext, HandlerDecision, ToolError, ToolManifest
+from engine import scenario as scenario_files
+from engine.demo import demo_engine
+from engine.events import ToolResultSent
 from engine.llm import (
     DEFAULT_SECRET_FIELDS,
     REDACTED,
@@ -431,6 +434,24 @@ async def test_mixed_batch_one_result_per_call_id_in_order() -> None:
         "tripped:circuit_open": 1,
         "slowpoke:TimeoutError": 1,
     }
+
+
+async def test_the_text_each_call_returned_to_the_model_is_in_the_trace() -> None:
+    engine = travel_engine()
+    Tools(engine).register()
+    seen: list[ToolResultSent] = []
+    engine.subscribe(lambda e: seen.append(e) if isinstance(e, ToolResultSent) else None, direct=True)
+    message = oa_message(oa_call("a", "search", {"q": "python"}), oa_call("b", "lookup", {"city": "Paris"}),
+                         oa_call("c", "weather", {"city": "Paris"}))  # fmt: skip
+    batch = await ToolCallExecutor(engine).run(parse_openai_tool_calls(message))
+    assert [(e.call_id, e.content, e.is_error, e.status) for e in seen] == [
+        (i.call_id, i.content, i.is_error, i.status) for i in batch.items
+    ]
+    assert seen[1].error_type == "PermissionError" and seen[1].kind is ErrorKind.AUTH_ERROR
+    assert batch.turn is not None
+    sent = [e for e in batch.turn.trace.events if isinstance(e, ToolResultSent)]
+    assert [e.call_id for e in sent] == ["a", "b", "c"], "a refused call's answer is in the trace too"
+    assert all(e.turn_id == batch.turn.turn_id for e in sent)
 
 
 async def test_turn_deadline_cuts_off_unfinished_calls() -> None:
@@ -886,3 +907,31 @@ async def test_a_tool_call_fault_corrupts_the_models_call_before_it_runs(mode: s
     second = await executor.run([LLMToolCall("c2", "search", {"q": "y"}, '{"q": "y"}')])
     assert not second.items[0].is_error, "the fault was consumed: the next call runs"
     assert ran == ["y"]
+
+
+async def test_a_scenarios_model_turn_runs_through_the_executor(tmp_path: Any) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "scenario:\n  turns:\n    - id: ask\n      model: true\n      calls:\n"
+        "        - {id: c1, tool: hotel_search, args: {city: Rome}}\n"
+        "        - {id: c2, tool: no_such_tool, args: {}}\n"
+    )
+    engine = demo_engine("manifests")
+    sent: list[ToolResultSent] = []
+    engine.subscribe(lambda e: sent.append(e) if isinstance(e, ToolResultSent) else None, direct=True)
+    (result,) = await scenario_files.run_scenario(engine, scenario_files.load_scenario(path), run="r1")
+    assert result.turn_id == "r1/ask" and list(result.outcomes) == ["c1"]
+    assert [(e.call_id, e.is_error, e.status) for e in sent] == [
+        ("c1", False, "succeeded"),
+        ("c2", True, "not_run"),
+    ]
+    assert lines(sent[1].content)[2] == "Error Type: unknown_tool"
+
+    path.write_text(
+        "scenario:\n  turns:\n    - id: ask\n      model: true\n      calls:\n"
+        "        - {id: c1, tool: hotel_search}\n        - {id: c2, tool: hotel_search, depends_on: [c1]}\n"
+    )
+    with pytest.raises(
+        scenario_files.ScenarioError, match="a model turn's calls cannot depend on each other"
+    ):
+        scenario_files.load_scenario(path)

@@ -36,6 +36,7 @@ from engine.events import (
     CallSucceeded,
     Event,
     ManifestLoaded,
+    ToolResultSent,
     TurnFinished,
     TurnStarted,
 )
@@ -487,6 +488,20 @@ def test_load_turn_returns_every_event_in_order(store: TraceStore) -> None:
     assert str(info.value) == f"{store.path}: no turn 'nope'"
 
 
+def test_events_after_a_turns_end_still_belong_to_it(store: TraceStore) -> None:
+    answer = ToolResultSent(
+        at=WALL + 1, t=1.0, tool_id="flight_search", call_id="c0", turn_id="t1", content="ok", is_error=False,
+        status="succeeded",
+    )  # fmt: skip
+    store.write([*turn_events("t1", WALL), answer])  # one batch: the turn's row is not stored yet
+    late = ToolResultSent(
+        at=WALL + 2, t=2.0, tool_id="hotel_search", call_id="c1", turn_id="t1", content="late",
+        is_error=False, status="succeeded",
+    )  # fmt: skip
+    store.write([late])
+    assert store.load_turn("t1").events[-2:] == [answer, late]
+
+
 def test_a_repeated_turn_id_keeps_the_earlier_turn_under_a_new_name(store: TraceStore) -> None:
     store.write(turn_events("t1", WALL, outcome="failed"))
     store.write([*turn_events("t1", WALL + 5, outcome="ok"), *turn_events("t1", WALL + 9, outcome=None)])
@@ -775,7 +790,8 @@ def test_readonly_refuses_an_older_schema(tmp_path: Path, monkeypatch: pytest.Mo
     path = tmp_path / "traces.db"
     _filled(path)
     monkeypatch.setattr("engine.store.MIGRATIONS", [*MIGRATIONS, lambda db: None])
-    with pytest.raises(TraceStoreError, match="older than 2: open it once read-write to migrate"):
+    newer = len(MIGRATIONS) + 1
+    with pytest.raises(TraceStoreError, match=f"older than {newer}: open it once read-write to migrate"):
         TraceStore(path, readonly=True)
 
 
@@ -783,7 +799,7 @@ def test_migrations_run_once_in_one_transaction(tmp_path: Path, monkeypatch: pyt
     path = tmp_path / "traces.db"
     with TraceStore(path) as store:
         store.write(turn_events("t1", WALL))
-        assert store.schema_version == 1
+        assert store.schema_version == len(MIGRATIONS)
     applied: list[int] = []
 
     def v2(db: Database) -> None:
@@ -793,11 +809,11 @@ def test_migrations_run_once_in_one_transaction(tmp_path: Path, monkeypatch: pyt
 
     monkeypatch.setattr("engine.store.MIGRATIONS", [*MIGRATIONS, v2])
     with TraceStore(path) as store:
-        assert store.schema_version == 2
+        assert store.schema_version == len(MIGRATIONS) + 1
         assert store.db.execute("SELECT note FROM turns").fetchall() == [("migrated",)]
         assert store.load_turn("t1").row.outcome == "ok"
     with TraceStore(path) as store:
-        assert store.schema_version == 2
+        assert store.schema_version == len(MIGRATIONS) + 1
     assert applied == [1]
 
 
@@ -814,10 +830,11 @@ def test_a_failing_migration_changes_nothing(tmp_path: Path, monkeypatch: pytest
     with pytest.raises(TraceStoreError) as info:
         TraceStore(path)
     assert str(info.value) == (
-        f"{path}: migration to schema version 2 failed: RuntimeError: half way (left untouched)"
+        f"{path}: migration to schema version {len(MIGRATIONS) + 1} failed: RuntimeError: half way"
+        " (left untouched)"
     )
     assert sha(path) == before
     monkeypatch.setattr("engine.store.MIGRATIONS", MIGRATIONS)
     with TraceStore(path) as store:
-        assert store.schema_version == 1
+        assert store.schema_version == len(MIGRATIONS)
         assert "note" not in store.db.table("turns").columns_dict

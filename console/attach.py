@@ -1,0 +1,248 @@
+"""The console attached to an engine in another process, through its trace store.
+
+An agent service (``tripwire serve``, or your own process running a
+:class:`~engine.store.TraceRecorder` and :func:`~engine.commands.serve_operator_commands`)
+records its events in a trace store. :class:`AttachedLink` follows that store: a thread of its
+own (never the UI's) reads the events committed since the last poll, every 100 ms, and hands
+them to the console's bridge as an engine's sink would, so the board runs a few hundred
+milliseconds behind the engine at most. Operator actions become rows in the store's command
+table; the engine applies them, records the transition like any other, and acknowledges each
+with the breaker state it left, which :meth:`AttachedLink.act` waits for.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+
+from console.app import ConsoleApp
+from console.host import Action
+from console.model import ManifestView, ToolSeed
+from engine.events import Event
+from engine.store import CommandRow, StoreSnapshot, ToolState, TraceStore, TraceStoreError
+
+log = logging.getLogger("tripwire.console")
+
+POLL_S = 0.1
+"""How often the store is read for new events: the board's lag is this plus the recorder's batch."""
+PAGE = 5_000
+"""Events read per query at most; a backlog is read page after page without waiting."""
+HISTORY = 5_000
+"""Recent events replayed on attaching, so rolling figures, timelines and the turn graph start full."""
+ACK_TIMEOUT_S = 5.0
+"""How long an operator action waits for the engine; not applied by then, it expires unapplied."""
+ACK_GRACE_S = 1.0
+"""Applied just before it expired, a command's acknowledgement is still on its way: wait this too."""
+UNANSWERED_S = 3.0
+"""A command pending this long means no engine is serving commands (one polls every 0.2 s)."""
+CHECK_S = 1.0
+"""How often the follower thread looks for unanswered commands."""
+
+
+class CommandFailed(Exception):
+    """The engine refused an operator command; ``str()`` is its one-line reason."""
+
+
+class AttachedLink:
+    """An :class:`~console.host.EngineLink` to an engine in another process, through its trace store.
+
+    Opening reads what the console is seeded with (every tool's newest breaker state and
+    manifest) and refuses a missing, corrupt or foreign store with a one-line
+    :class:`~engine.store.TraceStoreError`. Nothing is recorded; a console that may act opens the
+    store read-write to queue its commands (and migrates an older store, as an engine would).
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        read_only: bool = False,
+        poll_s: float = POLL_S,
+        history: int = HISTORY,
+        ack_timeout_s: float = ACK_TIMEOUT_S,
+        unanswered_s: float = UNANSWERED_S,
+    ) -> None:
+        if not poll_s > 0 or not ack_timeout_s > 0 or history < 0:
+            raise ValueError(
+                f"poll_s and ack_timeout_s must be positive and history at least 0, got {poll_s},"
+                f" {ack_timeout_s}, {history}"
+            )
+        self.path = Path(path)
+        self.read_only = read_only
+        self.description = f"attached to {self.path}"
+        self.poll_s = poll_s
+        self.ack_timeout_s = ack_timeout_s
+        self.unanswered_s = unanswered_s
+        self.store = TraceStore(self.path, readonly=read_only, verify=False, create=False)
+        try:
+            self.snapshot: StoreSnapshot = self.store.tool_states()
+        except BaseException:
+            self.store.close()
+            raise
+        self._cursor = max(0, self.snapshot.last_event_id - history)
+        """The row id of the last event handed on."""
+        self._newest: tuple[float, float] | None = None
+        """(engine time, wall-clock time) of the newest event: the engine's clock, estimated."""
+        if self.snapshot.newest_t is not None and self.snapshot.newest_at is not None:
+            self._newest = (self.snapshot.newest_t, self.snapshot.newest_at)
+        self._sinks: list[Callable[[Event], None]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._store_problem: str | None = None
+        self._engine_problem: str | None = None
+        self.followed = 0
+        """Events handed on so far."""
+
+    # --- EngineLink --------------------------------------------------------------------------
+
+    def subscribe(self, sink: Callable[[Event], None]) -> Callable[[], None]:
+        """Hand ``sink`` every event stored from now on (after the recent history, first)."""
+        self._sinks = [*self._sinks, sink]  # replaced, never mutated: the follower reads it unlocked
+        if self._thread is None and not self._closed:
+            self._thread = threading.Thread(target=self._follow, name="tripwire-attach", daemon=True)
+            self._thread.start()
+
+        def unsubscribe() -> None:
+            self._sinks = [s for s in self._sinks if s is not sink]
+
+        return unsubscribe
+
+    def seeds(self) -> list[ToolSeed]:
+        """Every tool seen in the store, as of the moment the link opened it."""
+        return [_seed(tool) for tool in self.snapshot.tools]
+
+    def now(self) -> float:
+        """Engine time: the newest event's, plus the wall-clock time since it happened."""
+        newest = self._newest
+        if newest is None:
+            return time.monotonic()  # no events yet: an asyncio engine's clock on this machine
+        t, at = newest
+        return t + max(0.0, time.time() - at)
+
+    def act(self, action: Action, tool_id: str, *, actor: str, reason: str) -> None:
+        self.send(action, tool_id, actor=actor, reason=reason)
+
+    def act_acknowledged(self, action: Action, tool_id: str, *, actor: str, reason: str) -> str:
+        """Act, and return the engine's acknowledgement: the breaker state the action left."""
+        return self.send(action, tool_id, actor=actor, reason=reason).result or ""
+
+    def send(self, action: Action, tool_id: str, *, actor: str, reason: str) -> CommandRow:
+        """Queue the command and wait for the engine to acknowledge it; returns it applied.
+
+        Raises :class:`CommandFailed` when the engine refuses it (an unknown tool) and
+        ``TimeoutError`` when no engine acknowledges it in time: it then expires, never applied
+        late. Blocks: call it from a worker thread.
+        """
+        if self.read_only:
+            raise PermissionError("the console is read-only")
+        sent = time.time()
+        command_id = self.store.submit_command(
+            action, tool_id, actor=actor, reason=reason, expires_at=sent + self.ack_timeout_s, now=sent
+        )
+        deadline = time.monotonic() + self.ack_timeout_s + ACK_GRACE_S
+        while True:
+            command = self.store.command(command_id)
+            if command.status == "applied":
+                return command
+            if command.status == "failed":
+                raise CommandFailed(f"the engine refused it: {command.result}")
+            if time.monotonic() >= deadline or self._closed:
+                raise TimeoutError(
+                    f"no acknowledgement from the engine within {self.ack_timeout_s:g}s (is it serving"
+                    " commands: tripwire serve?); the command expires unapplied"
+                )
+            time.sleep(0.02)
+
+    def problem(self) -> str | None:
+        """Why the engine seems unreachable, if it does (the console shows it once per incident)."""
+        return self._store_problem or self._engine_problem
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5.0)
+        self.store.close()
+
+    # --- the follower thread -----------------------------------------------------------------
+
+    def _follow(self) -> None:
+        next_check = 0.0
+        while not self._stop.is_set():
+            try:
+                page = self.store.events_after(self._cursor, limit=PAGE, on_unreadable=self._skip)
+                self._store_problem = None
+            except TraceStoreError as exc:
+                self._store_problem = f"cannot follow the trace store: {exc.problem}"
+                page = []
+            if page:
+                sinks = self._sinks
+                for _, event in page:
+                    for sink in sinks:
+                        sink(event)
+                last_id, last = page[-1]
+                self._cursor = max(self._cursor, last_id)
+                self._newest = (last.t, last.at)
+                self.followed += len(page)
+            if time.monotonic() >= next_check:
+                next_check = time.monotonic() + CHECK_S
+                self._check_engine()
+            if len(page) < PAGE:
+                self._stop.wait(self.poll_s)
+
+    def _skip(self, event_id: int, problem: str) -> None:
+        self._cursor = max(self._cursor, event_id)
+        log.warning("attached console: skipped event %d of %s: %s", event_id, self.path, problem)
+
+    def _check_engine(self) -> None:
+        """An engine serving commands answers within a poll: a command left pending says none is."""
+        try:
+            pending = self.store.pending_commands(1)
+        except TraceStoreError:
+            return  # reported by the follower already
+        now = time.time()
+        if not pending or now - pending[0].created_at < self.unanswered_s:
+            self._engine_problem = None
+            return
+        command = pending[0]
+        what = f"{command.action} of {command.tool_id} sent at {_clock(command.created_at)} is unacknowledged"
+        newest = self._newest
+        if newest is None or now - newest[1] > self.unanswered_s:
+            since = "no events yet" if newest is None else f"no events since {_clock(newest[1])}"
+            self._engine_problem = f"the engine seems gone: {since}, and a {what}"
+        else:
+            self._engine_problem = (
+                f"the engine records events but applies no operator commands: a {what}"
+                " (is it running tripwire serve?)"
+            )
+
+
+def _seed(tool: ToolState) -> ToolSeed:
+    manifest = None
+    if (m := tool.manifest) is not None:
+        # A version the engine started with was never announced: its number and file are unknown.
+        manifest = ManifestView(m.digest, m.version or 0, m.path or "—", m.at, m.content)
+    breaker = tool.breaker
+    if breaker is None:
+        return ToolSeed(tool.tool_id, manifest=manifest)
+    return ToolSeed(tool.tool_id, breaker.state, breaker.consecutive_failures, breaker.half_open_at, manifest)
+
+
+def _clock(at: float) -> str:
+    return f"{datetime.fromtimestamp(at):%H:%M:%S}"
+
+
+def build_attached_app(path: Path, *, read_only: bool = False, refresh_hz: float = 10.0) -> ConsoleApp:
+    """The console on the engine recording into ``path``; raises ``TraceStoreError`` before any screen."""
+    link = AttachedLink(path, read_only=read_only)
+    return ConsoleApp(link, refresh_hz=refresh_hz, freeze_gc=True)
+
+
+__all__ = ["AttachedLink", "CommandFailed", "build_attached_app"]

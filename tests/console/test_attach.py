@@ -1,0 +1,422 @@
+"""The console attached to an engine in another process, through its trace store.
+
+The link is tested against a store the test writes (and a stand-in engine that acknowledges
+commands), then end to end: ``tripwire serve`` in a real subprocess, a console attached to its
+store tripping one of its breakers by keys.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from textual.pilot import Pilot
+
+from console.app import ConsoleApp
+from console.attach import AttachedLink, CommandFailed
+from console.cli import main
+from console.screens.board import BoardScreen, CardGrid
+from console.screens.confirm import ConfirmActionModal
+from console.widgets.breaker_table import BreakerTable
+from engine.breaker import BreakerState
+from engine.demo import DEMO_TOOLS
+from engine.events import BreakerOpened, BreakerTripped, Event
+from engine.store import TraceStore, TraceStoreError
+from tests.console import factory as f
+
+ROOT = Path(__file__).parents[2]
+SIZE = (140, 40)
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Bounded polling for what the link's follower thread does."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    path = tmp_path / "traces.db"
+    TraceStore(path).close()
+    return path
+
+
+@pytest.fixture
+def writer(db: Path) -> Iterator[TraceStore]:
+    """The engine's side of the store, as another process would write it."""
+    with TraceStore(db) as store:
+        yield store
+
+
+@pytest.fixture
+def link(db: Path, writer: TraceStore) -> Iterator[AttachedLink]:
+    opened = AttachedLink(db)
+    yield opened
+    opened.close()
+
+
+class StandInEngine:
+    """Acknowledges commands as ``serve_operator_commands`` would, from a thread of its own."""
+
+    def __init__(self, store: TraceStore, known: tuple[str, ...] = ("flight_search",)) -> None:
+        self.store, self.known = store, known
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self) -> None:
+        while not self.stop.wait(0.02):
+            for command in self.store.pending_commands():
+                if command.tool_id in self.known:
+                    self.store.acknowledge_command(command.id, "applied", "FORCED_OPEN")
+                else:
+                    self.store.acknowledge_command(command.id, "failed", f"unknown tool {command.tool_id!r}")
+
+    def __enter__(self) -> StandInEngine:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+# --- the link -------------------------------------------------------------------------------
+
+
+def test_it_seeds_the_board_from_the_store(writer: TraceStore, db: Path) -> None:
+    content = {"id": "flight_search", "circuit_breaker": {"failure_threshold": 3}}
+    writer.write(
+        [f.opened("flight_search", 90.0, timeout=30.0), f.manifest_loaded("hotel_search", 91.0, version=4,
+         digest="hd4", threshold=2), f.tripped("car_rental", 92.0)],
+        manifests=[("fd1", "flight_search", content)],
+    )  # fmt: skip
+    link = AttachedLink(db)
+    try:
+        assert link.description == f"attached to {db}" and not link.read_only
+        seeds = {seed.tool_id: seed for seed in link.seeds()}
+        assert list(seeds) == ["car_rental", "flight_search", "hotel_search"]
+        flight = seeds["flight_search"]
+        assert (flight.state, flight.consecutive_failures, flight.half_open_at) == (
+            BreakerState.OPEN,
+            5,
+            120.0,
+        )
+        assert flight.manifest is not None
+        assert (flight.manifest.digest, flight.manifest.version, flight.manifest.path) == ("fd1", 0, "—")
+        assert flight.manifest.failure_threshold == 3, "the stored content"
+        hotel = seeds["hotel_search"]
+        assert hotel.state is BreakerState.CLOSED and hotel.manifest is not None
+        assert (hotel.manifest.version, hotel.manifest.path, hotel.manifest.failure_threshold) == (
+            4, "manifests/hotel_search.yaml", 2
+        )  # fmt: skip
+        assert seeds["car_rental"].state is BreakerState.FORCED_OPEN
+    finally:
+        link.close()
+
+
+def test_it_hands_on_recent_history_then_every_new_event_in_order(writer: TraceStore, db: Path) -> None:
+    writer.write([f.succeeded("flight_search", f"old{i}", float(i)) for i in range(10)])
+    link = AttachedLink(db, history=3, poll_s=0.01)
+    got: list[Event] = []
+    try:
+        link.subscribe(got.append)
+        wait_for(lambda: len(got) == 3)
+        assert [e.call_id for e in got] == ["old7", "old8", "old9"]  # type: ignore[attr-defined]
+        for batch in range(3):  # the recorder commits a batch at a time
+            writer.write([f.succeeded("hotel_search", f"new{batch}.{i}", 20.0 + batch) for i in range(4)])
+        wait_for(lambda: len(got) == 15)
+        assert [e.call_id for e in got[3:]] == [f"new{b}.{i}" for b in range(3) for i in range(4)]  # type: ignore[attr-defined]
+        assert link.followed == 15
+    finally:
+        link.close()
+    writer.write([f.succeeded("hotel_search", "after", 30.0)])
+    time.sleep(0.05)
+    assert len(got) == 15, "a closed link hands on nothing"
+
+
+def test_its_clock_runs_from_the_newest_event(writer: TraceStore, db: Path) -> None:
+    engine_t = 5000.0
+    writer.write([f.succeeded("flight_search", "c1", 0.0)])
+    link = AttachedLink(db, poll_s=0.01)
+    try:
+        got: list[Event] = []
+        link.subscribe(got.append)
+        event = f.succeeded("flight_search", "c2", engine_t)
+        event.at = time.time() - 2.0  # happened two seconds ago, at engine time 5000
+        writer.write([event])
+        wait_for(lambda: len(got) == 2)
+        assert link.now() == pytest.approx(engine_t + 2.0, abs=0.5)
+        first = link.now()
+        time.sleep(0.05)
+        assert link.now() > first, "countdowns run between events"
+    finally:
+        link.close()
+
+
+def test_an_action_waits_for_the_engines_acknowledgement(writer: TraceStore, db: Path) -> None:
+    link = AttachedLink(db)
+    try:
+        with StandInEngine(writer):
+            command = link.send("trip", "flight_search", actor="operator:alice", reason="drill")
+            assert (command.status, command.result, command.actor, command.reason) == (
+                "applied", "FORCED_OPEN", "operator:alice", "drill"
+            )  # fmt: skip
+            assert command.expires_at == pytest.approx(command.created_at + link.ack_timeout_s)
+            assert link.act_acknowledged("trip", "flight_search", actor="a", reason="") == "FORCED_OPEN"
+            link.act("trip", "flight_search", actor="a", reason="")
+            with pytest.raises(CommandFailed, match="the engine refused it: unknown tool 'car_rental'"):
+                link.act("trip", "car_rental", actor="a", reason="")
+    finally:
+        link.close()
+
+
+def test_without_an_engine_an_action_times_out_and_the_link_says_the_engine_seems_gone(
+    writer: TraceStore, db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("console.attach.ACK_GRACE_S", 0.05)
+    monkeypatch.setattr("console.attach.CHECK_S", 0.01)
+    writer.write([f.succeeded("flight_search", "c1", 1.0)])  # long ago
+    link = AttachedLink(db, ack_timeout_s=0.1, unanswered_s=0.1, poll_s=0.01)
+    try:
+        link.subscribe(lambda event: None)
+        assert link.problem() is None
+        with pytest.raises(TimeoutError) as info:
+            link.act("disable", "flight_search", actor="operator:alice", reason="")
+        assert str(info.value) == (
+            "no acknowledgement from the engine within 0.1s (is it serving commands: tripwire serve?);"
+            " the command expires unapplied"
+        )
+        wait_for(lambda: link.problem() is not None)
+        problem = link.problem()
+        assert problem is not None and problem.startswith("the engine seems gone: no events since ")
+        assert "and a disable of flight_search sent at " in problem and problem.endswith(" is unacknowledged")
+        time.sleep(0.05)
+        assert link.problem() == problem, "the same words while it lasts: the console shows it once"
+        # An engine that records but serves no commands (a plain recorder) is told apart.
+        writer.write([f.succeeded("flight_search", "c2", 2.0)])
+        writer.db.execute("UPDATE events SET at = ? WHERE id = 2", (time.time() + 60,))
+        wait_for(lambda: "applies no operator commands" in (link.problem() or ""))
+        (pending,) = writer.pending_commands()
+        writer.acknowledge_command(pending.id, "failed", "expired")
+        wait_for(lambda: link.problem() is None)
+    finally:
+        link.close()
+
+
+def test_a_read_only_link_cannot_act_and_never_writes(db: Path, writer: TraceStore) -> None:
+    link = AttachedLink(db, read_only=True)
+    try:
+        assert link.read_only and link.store.readonly
+        with pytest.raises(PermissionError, match="read-only"):
+            link.act("trip", "flight_search", actor="a", reason="")
+        assert writer.pending_commands() == []
+    finally:
+        link.close()
+
+
+def test_an_unreadable_event_is_skipped_not_stuck_on(writer: TraceStore, db: Path) -> None:
+    link = AttachedLink(db, poll_s=0.01)
+    got: list[Event] = []
+    try:
+        link.subscribe(got.append)
+        writer.db.execute("INSERT INTO events (event_type, at, t, data) VALUES ('FromTheFuture', 1, 1, '{}')")
+        writer.write([f.succeeded("flight_search", "c1", 1.0)])
+        wait_for(lambda: len(got) == 1)
+        assert link.problem() is None
+    finally:
+        link.close()
+
+
+def _foreign(path: Path) -> None:
+    import sqlite3
+
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY)")
+    conn.close()
+
+
+@pytest.mark.parametrize("read_only", [False, True])
+@pytest.mark.parametrize(
+    ("make", "problem"),
+    [
+        (None, "no trace store here"),
+        (lambda p: p.write_bytes(b""), "empty file, not a trace store (left untouched)"),
+        (
+            lambda p: p.write_bytes(os.urandom(4096)),
+            "not a SQLite database, so not a trace store (left untouched)",
+        ),
+        (_foreign, "a SQLite database that is not a trace store (tables: customers) (left untouched)"),
+    ],
+)
+def test_a_store_it_cannot_attach_to_is_one_line_and_left_alone(
+    tmp_path: Path, make: Callable[[Path], Any] | None, problem: str, read_only: bool
+) -> None:
+    path = tmp_path / "traces.db"
+    if make is not None:
+        make(path)
+    before = path.read_bytes() if path.exists() else None
+    with pytest.raises(TraceStoreError) as info:
+        AttachedLink(path, read_only=read_only)
+    assert str(info.value) == f"{path}: {problem}"
+    assert (path.read_bytes() if path.exists() else None) == before
+
+
+# --- the command line -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["console", "--attach", "{tmp}/nope.db"], "tripwire: {tmp}/nope.db: no trace store here"),
+        (["console", "--attach", "{tmp}/t.db", "--traces", "x.db"],
+         "tripwire: --attach {tmp}/t.db: --traces cannot be used with it: an attached console records nothing"
+         " and the engine reads its own manifests"),
+        (["serve", "--traces", "{tmp}/t.db", "--scenario", "{tmp}/nope.yaml"],
+         "tripwire: {tmp}/nope.yaml: cannot read: No such file or directory"),
+        (["serve", "--traces", "{tmp}/t.db", "--poll-ms", "0"],
+         "tripwire: --poll-ms must be positive, got 0"),
+    ],
+)  # fmt: skip
+def test_bad_input_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], expected: str
+) -> None:
+    assert main([a.format(tmp=tmp_path) for a in argv]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    (line,) = captured.err.splitlines()
+    assert line.startswith(expected.format(tmp=tmp_path))
+    assert not (tmp_path / "nope.db").exists() and not (tmp_path / "t.db").exists()
+
+
+def test_console_attach_builds_the_app_on_an_attached_link(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    built: list[ConsoleApp] = []
+    monkeypatch.setattr(ConsoleApp, "run", lambda app, *args, **kwargs: built.append(app))
+    assert main(["console", "--attach", str(db), "--read-only", "--refresh-hz", "5"]) == 0
+    (app,) = built
+    link = app.link
+    try:
+        assert isinstance(link, AttachedLink) and link.read_only and link.path == db
+        assert app.refresh_hz == 5.0
+    finally:
+        link.close()
+
+
+def test_attach_excludes_running_an_engine_of_its_own(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["console", "--attach", "t.db", "--scenario", "s.yaml"])
+    assert done.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+# --- end to end: tripwire serve in another process ------------------------------------------
+
+
+async def until(pilot: Pilot[None], condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Wait for what another process and the link's thread do, flushing meanwhile."""
+    app = pilot.app
+    assert isinstance(app, ConsoleApp)
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await pilot.pause(0.02)
+        app.flush()
+
+
+async def select(pilot: Pilot[None], tool_id: str) -> None:
+    app = pilot.app
+    board = app.screen
+    assert isinstance(board, BoardScreen)
+    if board.query_one(CardGrid).display and board.query_one("#layouts").current == "cards":  # type: ignore[attr-defined]
+        await pilot.press("v")  # the table: up and down walk the tools in name order
+    for _ in range(20):
+        if board.selected_tool == tool_id:
+            return
+        await pilot.press("down")
+    raise AssertionError(f"{tool_id} not on the board")
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], Path]]:
+    db = tmp_path / "traces.db"
+    command = [
+        sys.executable,
+        "-m",
+        "console",
+        "serve",
+        "--manifests",
+        str(ROOT / "manifests"),
+        "--traces",
+        str(db),
+    ]
+    with open(tmp_path / "serve.log", "w") as log:  # a pipe nobody reads could fill and stall it
+        process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=log, text=True)
+    try:
+        yield process, db
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(10)
+        if process.stdout is not None:
+            process.stdout.close()
+
+
+@pytest.mark.asyncio
+async def test_a_console_attached_to_a_served_engine_trips_its_breaker(
+    service: tuple[subprocess.Popen[str], Path],
+) -> None:
+    process, db = service
+    assert process.stdout is not None
+    with anyio.fail_after(30):
+        line = await anyio.to_thread.run_sync(process.stdout.readline)
+    assert line == f"tripwire serve: recording to {db}; attach with: tripwire console --attach {db}\n"
+
+    app = ConsoleApp(AttachedLink(db), actor="operator:test")
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: set(DEMO_TOOLS) <= set(app.model.tools), timeout=10)
+        await select(pilot, "hotel_search")
+        await pilot.press("t")
+        assert isinstance(app.screen, ConfirmActionModal)
+        await pilot.press(*"vendor maintenance", "enter")
+        acknowledged = "trip applied by the engine: hotel_search now FORCED_OPEN"
+        await until(pilot, lambda: any(n.message == acknowledged for n in app._notifications))
+        await until(pilot, lambda: app.model.tools["hotel_search"].state is BreakerState.FORCED_OPEN)
+        transition = app.model.tools["hotel_search"].history[-1]
+        assert (transition.actor, transition.reason) == ("operator:test", "vendor maintenance")
+        table = app.screen.query_one(BreakerTable)
+        row = next(r for r in table.rows if r.tool_id == "hotel_search")
+        assert "FORCED_OPEN" in table.render_line(1 + table.rows.index(row)).text
+        assert app.link.problem() is None
+
+        # A second console sees the same state: seeded from the store, and in the recent history.
+        second = AttachedLink(db, read_only=True)
+        try:
+            seeds = {seed.tool_id: seed.state for seed in second.seeds()}
+            assert seeds["hotel_search"] is BreakerState.FORCED_OPEN
+            history: list[Event] = []
+            second.subscribe(history.append)
+            await anyio.to_thread.run_sync(
+                wait_for,
+                lambda: any(isinstance(e, BreakerTripped) and e.tool_id == "hotel_search" for e in history),
+            )
+        finally:
+            second.close()
+
+    process.send_signal(signal.SIGTERM)
+    assert await anyio.to_thread.run_sync(process.wait, 10) == 0, "a clean stop"
+    with TraceStore(db, readonly=True) as store:
+        (tripped,) = [e for e in store.events() if isinstance(e, BreakerTripped)]
+        assert (tripped.tool_id, tripped.actor) == ("hotel_search", "operator:test")
+        assert not [e for e in store.events() if isinstance(e, BreakerOpened) and e.tool_id == "hotel_search"]
