@@ -242,7 +242,7 @@ def _clock(at: float) -> str:
 def build_attached_app(path: Path, *, read_only: bool = False, refresh_hz: float = 10.0) -> ConsoleApp:
     """The console on the engine recording into ``path``; raises ``TraceStoreError`` before any screen."""
     link = AttachedLink(path, read_only=read_only)
-    return ConsoleApp(link, refresh_hz=refresh_hz, freeze_gc=True)
+    return ConsoleApp(link, refresh_hz=refresh_hz, freeze_gc=True, traces=path)  # browse and replay it too
 
 
 __all__ = ["AttachedLink", "CommandFailed", "build_attached_app"]

@@ -20,6 +20,7 @@ from typing import Any
 import anyio
 import pytest
 from textual.pilot import Pilot
+from textual.widgets import DataTable
 
 from console.app import ConsoleApp
 from console.attach import AttachedLink, CommandFailed
@@ -309,6 +310,7 @@ def test_console_attach_builds_the_app_on_an_attached_link(db: Path, monkeypatch
     try:
         assert isinstance(link, AttachedLink) and link.read_only and link.path == db
         assert app.refresh_hz == 5.0
+        assert app.traces == db, "the traces view browses the store it is attached to"
     finally:
         link.close()
 
@@ -383,7 +385,7 @@ async def test_a_console_attached_to_a_served_engine_trips_its_breaker(
         line = await anyio.to_thread.run_sync(process.stdout.readline)
     assert line == f"tripwire serve: recording to {db}; attach with: tripwire console --attach {db}\n"
 
-    app = ConsoleApp(AttachedLink(db), actor="operator:test")
+    app = ConsoleApp(AttachedLink(db), actor="operator:test", traces=db)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: set(DEMO_TOOLS) <= set(app.model.tools), timeout=10)
         await select(pilot, "hotel_search")
@@ -399,6 +401,12 @@ async def test_a_console_attached_to_a_served_engine_trips_its_breaker(
         row = next(r for r in table.rows if r.tool_id == "hotel_search")
         assert "FORCED_OPEN" in table.render_line(1 + table.rows.index(row)).text
         assert app.link.problem() is None
+
+        # The traces view browses what the engine has recorded so far.
+        await pilot.press("5")
+        turns = app.screen.query_one("#turns", DataTable)
+        await until(pilot, lambda: turns.row_count > 0, timeout=15)
+        await pilot.press("1")
 
         # A second console sees the same state: seeded from the store, and in the recent history.
         second = AttachedLink(db, read_only=True)
