@@ -65,6 +65,7 @@ class AttachedLink:
         history: int = HISTORY,
         ack_timeout_s: float = ACK_TIMEOUT_S,
         unanswered_s: float = UNANSWERED_S,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         if not poll_s > 0 or not ack_timeout_s > 0 or history < 0:
             raise ValueError(
@@ -77,6 +78,8 @@ class AttachedLink:
         self.poll_s = poll_s
         self.ack_timeout_s = ack_timeout_s
         self.unanswered_s = unanswered_s
+        self.wall_clock = wall_clock
+        """Stamps commands and dates events: the engine's ``at`` is on the same clock."""
         self.store = TraceStore(self.path, readonly=read_only, verify=False, create=False)
         try:
             self.snapshot: StoreSnapshot = self.store.tool_states()
@@ -122,7 +125,7 @@ class AttachedLink:
         if newest is None:
             return time.monotonic()  # no events yet: an asyncio engine's clock on this machine
         t, at = newest
-        return t + max(0.0, time.time() - at)
+        return t + max(0.0, self.wall_clock() - at)
 
     def act(self, action: Action, tool_id: str, *, actor: str, reason: str) -> None:
         self.send(action, tool_id, actor=actor, reason=reason)
@@ -140,7 +143,7 @@ class AttachedLink:
         """
         if self.read_only:
             raise PermissionError("the console is read-only")
-        sent = time.time()
+        sent = self.wall_clock()
         command_id = self.store.submit_command(
             action, tool_id, actor=actor, reason=reason, expires_at=sent + self.ack_timeout_s, now=sent
         )
@@ -207,7 +210,7 @@ class AttachedLink:
             pending = self.store.pending_commands(1)
         except TraceStoreError:
             return  # reported by the follower already
-        now = time.time()
+        now = self.wall_clock()
         if not pending or now - pending[0].created_at < self.unanswered_s:
             self._engine_problem = None
             return
