@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar
 
 from textual import work
 from textual.app import App, SystemCommand
@@ -24,6 +24,7 @@ from textual.binding import Binding, BindingType
 from textual.content import Content
 from textual.screen import Screen
 
+from console import render
 from console.bridge import DEFAULT_CAPACITY, EventBridge
 from console.host import Action, EngineLink
 from console.model import Changes, ConsoleModel
@@ -50,15 +51,10 @@ _VIEWS = Binding.Group("Views")
 _STEP = Binding.Group("Step")
 _SPEED = Binding.Group("Speed")
 """1 2 3 4 share one footer entry: the footer must show every key and still fit 120 columns."""
+_COUNTED = (BreakerState.OPEN, BreakerState.HALF_OPEN, BreakerState.FORCED_OPEN, BreakerState.DISABLED)
+"""The breaker states the status bar counts."""
 MAX_DRAIN = 50_000
 """Events folded per flush at most: a flood is absorbed over several flushes, never one long one."""
-
-
-@runtime_checkable
-class AcknowledgingLink(Protocol):
-    """A link whose engine acknowledges each action with the breaker state it left (``--attach``)."""
-
-    def act_acknowledged(self, action: Action, tool_id: str, *, actor: str, reason: str) -> str: ...
 
 
 class ConsoleApp(App[None]):
@@ -134,7 +130,6 @@ class ConsoleApp(App[None]):
         self.paused = False
         self.pending_while_paused = 0
         self._live_now = 0.0
-        self.flushes = 0
         self._live = live
         self._freeze_gc = freeze_gc
         self._replay_wall = 0.0
@@ -170,7 +165,6 @@ class ConsoleApp(App[None]):
 
     def flush(self) -> None:
         """Fold what the engine sent since the last flush; redraw the active view."""
-        self.flushes += 1
         events = self.bridge.drain(MAX_DRAIN)
         now = self._live_now = self.link.now()
         changes = self.live.apply(events) if events else Changes()
@@ -236,14 +230,9 @@ class ConsoleApp(App[None]):
         else:
             parts.append(("● LIVE", "bold $success"))
         parts.append(f"  {len(states)} tools")
-        for state, style in (
-            (BreakerState.OPEN, "bold $error"),
-            (BreakerState.HALF_OPEN, "bold $warning"),
-            (BreakerState.FORCED_OPEN, "bold reverse $error"),
-            (BreakerState.DISABLED, "$foreground-muted"),
-        ):
+        for state in _COUNTED:
             n = states.count(state)
-            parts += ["  ", (f"{n} {state}", style if n else "$foreground-muted")]
+            parts += ["  ", (f"{n} {state}", render.STATE_STYLE[state] if n else "$foreground-muted")]
         version = self.model.manifest_version  # 0: unknown (an attached engine announced no reload yet)
         parts.append(f"  · manifests v{version} · " if version else "  · ")
         parts.append(f"{self._rate[2]:,.0f} ev/s")
@@ -342,8 +331,7 @@ class ConsoleApp(App[None]):
     def _redraw(self) -> None:
         screen = self.screen
         if isinstance(screen, ConsoleScreen):
-            screen.show(Changes(), self.now, full=True)
-            self._status(screen)
+            screen.redraw()
 
     def action_replay_toggle(self) -> None:
         if self.replay is not None:
@@ -403,17 +391,16 @@ class ConsoleApp(App[None]):
     def _carry_out(self, action: Action, tools: list[str], reason: str) -> None:
         """On a worker thread: the engine may take a moment, the UI must not wait for it."""
         done, applied, failed = [], [], []
-        link = self.link
         for tool_id in tools:
             try:
-                if isinstance(link, AcknowledgingLink):
-                    state = link.act_acknowledged(action, tool_id, actor=self.actor, reason=reason)
-                    applied.append(f"{tool_id} now {state}")
-                else:
-                    link.act(action, tool_id, actor=self.actor, reason=reason)
-                    done.append(tool_id)
+                state = self.link.act(action, tool_id, actor=self.actor, reason=reason)
             except Exception as exc:
                 failed.append(f"{tool_id}: {exc}")
+                continue
+            if state is None:  # no acknowledgement: the engine's own event will show it
+                done.append(tool_id)
+            else:
+                applied.append(f"{tool_id} now {state}")
         if done:
             self.call_from_thread(
                 self.notify, f"{action} sent for {', '.join(done)}", title="Operator action"

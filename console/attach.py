@@ -16,9 +16,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime
 from pathlib import Path
 
+from console import render
 from console.app import ConsoleApp
 from console.host import Action
 from console.model import ManifestView, ToolSeed
@@ -127,12 +127,13 @@ class AttachedLink:
         t, at = newest
         return t + max(0.0, self.wall_clock() - at)
 
-    def act(self, action: Action, tool_id: str, *, actor: str, reason: str) -> None:
-        self.send(action, tool_id, actor=actor, reason=reason)
-
-    def act_acknowledged(self, action: Action, tool_id: str, *, actor: str, reason: str) -> str:
+    def act(self, action: Action, tool_id: str, *, actor: str, reason: str) -> str:
         """Act, and return the engine's acknowledgement: the breaker state the action left."""
         return self.send(action, tool_id, actor=actor, reason=reason).result or ""
+
+    def act_acknowledged(self, action: Action, tool_id: str, *, actor: str, reason: str) -> str:
+        """:meth:`act`, by the name that says it waits for the engine's acknowledgement."""
+        return self.act(action, tool_id, actor=actor, reason=reason)
 
     def send(self, action: Action, tool_id: str, *, actor: str, reason: str) -> CommandRow:
         """Queue the command and wait for the engine to acknowledge it; returns it applied.
@@ -215,10 +216,11 @@ class AttachedLink:
             self._engine_problem = None
             return
         command = pending[0]
-        what = f"{command.action} of {command.tool_id} sent at {_clock(command.created_at)} is unacknowledged"
+        sent = render.clock(command.created_at)
+        what = f"{command.action} of {command.tool_id} sent at {sent} is unacknowledged"
         newest = self._newest
         if newest is None or now - newest[1] > self.unanswered_s:
-            since = "no events yet" if newest is None else f"no events since {_clock(newest[1])}"
+            since = "no events yet" if newest is None else f"no events since {render.clock(newest[1])}"
             self._engine_problem = f"the engine seems gone: {since}, and a {what}"
         else:
             self._engine_problem = (
@@ -236,10 +238,6 @@ def _seed(tool: ToolState) -> ToolSeed:
     if breaker is None:
         return ToolSeed(tool.tool_id, manifest=manifest)
     return ToolSeed(tool.tool_id, breaker.state, breaker.consecutive_failures, breaker.half_open_at, manifest)
-
-
-def _clock(at: float) -> str:
-    return f"{datetime.fromtimestamp(at):%H:%M:%S}"
 
 
 def build_attached_app(path: Path, *, read_only: bool = False, refresh_hz: float = 10.0) -> ConsoleApp:

@@ -40,7 +40,3 @@ class EventBridge:
         count = len(queue) if limit is None else min(limit, len(queue))
         popleft = queue.popleft
         return [popleft() for _ in range(count)]
-
-    @property
-    def pending(self) -> int:
-        return len(self._queue)

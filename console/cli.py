@@ -261,37 +261,18 @@ def _attached_console(args: argparse.Namespace, attach: Path) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     """``tripwire serve``: the engine headless, recording, applying operator commands until stopped."""
-    import random
-
     import anyio
 
-    from console.host import import_workload, scenario_workload
+    from console.host import driven_engine
     from console.traces import UsageError
-    from engine.demo import DEMO_TOOLS
-    from engine.engine import Engine
-    from engine.faults import FaultInjector
-    from engine.scenario import load_scenario
     from engine.store import TraceRecorder, TraceStore
 
     if not args.poll_ms > 0:
         raise UsageError(f"--poll-ms must be positive, got {args.poll_ms:g}")
     manifests = args.manifests or bundled_manifests()
-    workload: Workload
-    faults: FaultInjector | None = None
-    seed = 0
-    scenario = None
-    if args.workload is not None:
-        workload = import_workload(args.workload)
-    else:
-        scenario = load_scenario(args.scenario or manifests / "demo" / "live.yaml")
-        faults = FaultInjector(scenario.faults) if scenario.faults is not None else None
-        workload = scenario_workload(scenario)
-        seed = scenario.spec.seed
-    engine = Engine(manifests, watch=True, rng=random.Random(seed), faults=faults, record=True)
-    if scenario is not None:
-        for name, fn in DEMO_TOOLS.items():
-            engine.register(name, fn)
-        scenario.check(engine.tools)
+    scenario = args.scenario or manifests / "demo" / "live.yaml"
+    engine, workload, _ = driven_engine(manifests, scenario=scenario, workload=args.workload, record=True)
+    assert workload is not None  # a scenario, when not a workload of yours
     try:
         with TraceStore(args.traces) as store:
             # Batches: the engine never waits for the disk; attached consoles read what is committed.

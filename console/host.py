@@ -11,21 +11,24 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import random
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 import anyio
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from console.model import ManifestView, ToolSeed
+from engine.demo import demo_engine
 from engine.engine import Engine
 from engine.events import Event
-from engine.scenario import Scenario, run_scenario
+from engine.faults import FaultInjector
+from engine.scenario import Scenario, load_scenario, run_scenario
 from engine.store import TraceRecorder
 
 Workload = Callable[[Engine], Awaitable[None]]
@@ -51,8 +54,10 @@ class EngineLink(Protocol):
         """Engine time now (what events' ``t`` are measured in)."""
         ...
 
-    def act(self, action: Action, tool_id: str, *, actor: str, reason: str) -> None:
-        """Carry out an operator action; blocks until the engine has it (call from a worker)."""
+    def act(self, action: Action, tool_id: str, *, actor: str, reason: str) -> str | None:
+        """Carry out an operator action; blocks until the engine has it (call from a worker).
+        Returns the breaker state the engine acknowledges it left, or None when the link gets
+        no acknowledgements (the engine's own event then shows what happened)."""
         ...
 
     def problem(self) -> str | None:
@@ -170,6 +175,39 @@ async def _async_seeds(engine: Engine) -> list[ToolSeed]:
 
 
 # --- workloads ------------------------------------------------------------------------------
+
+
+class Driven(NamedTuple):
+    """A live engine and what drives it."""
+
+    engine: Engine
+    workload: Workload | None
+    what: str
+    """The workload's ``module:function`` or the scenario's name ('' when nothing drives it)."""
+
+
+def driven_engine(
+    manifests: Path, *, scenario: Path | None = None, workload: str | None = None, record: bool = False,
+    passes: int | None = None,
+) -> Driven:  # fmt: skip
+    """A real-time engine hot-reloading ``manifests``, driven by your ``workload``
+    (``module:function``) if given, else with the bundled travel tools and ``scenario`` (with its
+    fault plan and seed) played in a loop, ``passes`` times (forever by default).
+
+    Raises ``WorkloadError`` or ``ConfigError`` (bad manifests, scenario or fault plan) before
+    anything runs.
+    """
+    if workload is not None:
+        drive = import_workload(workload)
+        return Driven(Engine(manifests, watch=True, rng=random.Random(0), record=record), drive, workload)
+    if scenario is None:
+        return Driven(demo_engine(manifests, record=record, watch=True), None, "")
+    plan = load_scenario(scenario)
+    faults = FaultInjector(plan.faults) if plan.faults is not None else None
+    drive = scenario_workload(plan, passes=passes)
+    engine = demo_engine(manifests, faults=faults, seed=plan.spec.seed, record=record, watch=True)
+    plan.check(engine.tools)
+    return Driven(engine, drive, plan.name)
 
 
 def scenario_workload(scenario: Scenario, *, passes: int | None = None, pause_s: float = 5.0) -> Workload:

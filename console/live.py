@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
 from pathlib import Path
 
 from console.app import ConsoleApp
-from console.host import EngineHost, Workload, import_workload, scenario_workload
-from engine.demo import DEMO_TOOLS
-from engine.engine import Engine
-from engine.faults import FaultInjector
-from engine.scenario import Scenario, load_scenario
+from console.host import EngineHost, driven_engine
 from engine.store import TraceRecorder, TraceStore
 
 
@@ -36,26 +31,10 @@ def build_live_app(options: LiveOptions) -> ConsoleApp:
     Raises ``ConfigError`` (bad manifests, scenario or fault plan), ``TraceStoreError`` or
     ``WorkloadError`` before anything starts, so the command line can print one line.
     """
-    workload: Workload | None = None
-    faults: FaultInjector | None = None
-    scenario: Scenario | None = None
-    seed = 0
-    what = ""
-    if options.workload is not None:
-        workload = import_workload(options.workload)
-        what = options.workload
-    elif options.scenario is not None:
-        scenario = load_scenario(options.scenario)
-        faults = FaultInjector(scenario.faults) if scenario.faults is not None else None
-        workload = scenario_workload(scenario, passes=options.passes)
-        seed, what = scenario.spec.seed, scenario.name
-    record = options.traces is not None
-    engine = Engine(options.manifests, watch=True, rng=random.Random(seed), faults=faults, record=record)
-    if options.workload is None:
-        for name, fn in DEMO_TOOLS.items():
-            engine.register(name, fn)
-    if scenario is not None:
-        scenario.check(engine.tools)
+    engine, workload, what = driven_engine(
+        options.manifests, scenario=options.scenario, workload=options.workload,
+        record=options.traces is not None, passes=options.passes,
+    )  # fmt: skip
     recorder = None
     if options.traces is not None:
         store = TraceStore(options.traces)

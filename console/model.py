@@ -456,9 +456,6 @@ class Changes:
     manifests: bool = False
     events: int = 0
 
-    def __bool__(self) -> bool:
-        return bool(self.tools or self.turns or self.manifests or self.events)
-
     def merge(self, other: Changes) -> None:
         self.tools |= other.tools
         self.turns |= other.turns
@@ -571,9 +568,26 @@ class ConsoleModel:
     def event_rows(self, text: str = "", tool_id: str | None = None, *, since: int = 0) -> list[EventRow]:
         """The kept events folded after the ``since``-th, oldest first, as event-log lines,
         filtered by text (case-insensitive: type, tool, message) and tool."""
+        return self._event_rows(text, tool_id, self._event_start(since))
+
+    def newest_event_rows(self, text: str = "", *, since: int, limit: int) -> tuple[int, list[EventRow]]:
+        """The newest ``limit`` of :meth:`event_rows`, and how many there are in all. Unfiltered,
+        the count is arithmetic and only the lines returned are made (a flood is 5,000 events)."""
+        start = self._event_start(since)
+        if text:
+            rows = self._event_rows(text, None, start)
+            return len(rows), rows[max(0, len(rows) - limit) :]
+        total = max(0, len(self.events) - start)
+        return total, self._event_rows("", None, max(start, len(self.events) - limit))
+
+    def _event_start(self, since: int) -> int:
+        """The index in ``events`` of the first event folded after the ``since``-th."""
+        first = self.seen - len(self.events) + 1  # the sequence number of events[0]
+        return max(0, since + 1 - first)
+
+    def _event_rows(self, text: str, tool_id: str | None, start: int) -> list[EventRow]:
         events = self.events
-        first = self.seen - len(events) + 1  # the sequence number of events[0]
-        start = max(0, since + 1 - first)
+        first = self.seen - len(events) + 1
         needle = text.casefold()
         rows = []
         for index in range(start, len(events)):

@@ -7,19 +7,11 @@ replay all spell a thing the same way.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
 from engine.breaker import BreakerState
 
 BARS = " ▁▂▃▄▅▆▇█"
-
-STATE_WORDS: dict[BreakerState, str] = {
-    BreakerState.CLOSED: "CLOSED",
-    BreakerState.OPEN: "OPEN",
-    BreakerState.HALF_OPEN: "HALF_OPEN",
-    BreakerState.FORCED_OPEN: "FORCED_OPEN",
-    BreakerState.DISABLED: "DISABLED",
-}
-"""Every state is spelled out: colour is never the only carrier."""
 
 STATE_CLASS: dict[BreakerState, str] = {
     BreakerState.CLOSED: "closed",
@@ -37,6 +29,30 @@ STATE_GLYPH: dict[BreakerState, str] = {
     BreakerState.FORCED_OPEN: "■",
     BreakerState.DISABLED: "○",
 }
+
+STATE_STYLE: dict[BreakerState, str] = {
+    BreakerState.CLOSED: "$success",
+    BreakerState.OPEN: "bold $error",
+    BreakerState.HALF_OPEN: "bold $warning",
+    BreakerState.FORCED_OPEN: "bold reverse $error",
+    BreakerState.DISABLED: "$foreground-muted",
+}
+"""A state's style in Content markup, on the theme's colours."""
+
+
+def state_label(state: BreakerState) -> str:
+    """``● OPEN``: every state is spelled out, colour is never the only carrier."""
+    return f"{STATE_GLYPH[state]} {state}"
+
+
+def clock(at: float) -> str:
+    """A wall-clock time of day: ``14:03:27``."""
+    return f"{datetime.fromtimestamp(at):%H:%M:%S}"
+
+
+def call_where(turn_id: str | None, call_id: str) -> str:
+    """Where a call ran: ``plan-trip/flights`` (the turn's last part), or the call alone."""
+    return f"{turn_id.rsplit('/', 1)[-1]}/{call_id}" if turn_id else call_id
 
 
 def duration(ms: float | None) -> str:

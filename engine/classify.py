@@ -125,7 +125,7 @@ def classify(
 ) -> Classification:
     """Classify ``error``; ``manifest`` supplies overrides, ``now`` dates HTTP Retry-After."""
     result = _BY_CLASS_ALONE.get(type(error))
-    if result is None or error.__cause__ is not None or error.__dict__:
+    if result is None or not _plain_builtin(error):
         result = _classify(error, now)
     if manifest is not None and manifest.classification and result.is_failure:
         result = _apply_overrides(result, error, manifest.classification, manifest.id)
@@ -188,9 +188,20 @@ def _cause_chain(error: BaseException) -> Iterator[BaseException]:
 
 
 _BY_CLASS_ALONE: dict[type[BaseException], Classification] = {}
-"""Builtin exception classes whose plain instances (no attributes, no cause) rule 6 decides by
+"""Builtin exception classes whose plain instances (see :func:`_plain_builtin`) rule 6 decides by
 class name: every such instance gets the same answer, so it is worked out once per class.
 Builtin classes only, so the cache stays small."""
+
+
+def _plain_builtin(exc: BaseException) -> bool:
+    """A builtin ``Exception`` with no attributes and no cause: the only instances
+    :data:`_BY_CLASS_ALONE` answers for, and the only ones it learns from."""
+    return (
+        exc.__cause__ is None
+        and not exc.__dict__
+        and type(exc).__module__ == "builtins"
+        and isinstance(exc, Exception)
+    )
 
 
 def _classify_one(exc: BaseException, now: Callable[[], float]) -> Classification:
@@ -238,7 +249,7 @@ def _classify_one(exc: BaseException, now: Callable[[], float]) -> Classificatio
     result = Classification(
         kind, error_class, _retryable(kind, error_class), rule, reason, status, retry_after, name
     )
-    if by_class_alone:
+    if by_class_alone and _plain_builtin(exc):
         _BY_CLASS_ALONE[type(exc)] = result
     return result
 

@@ -94,7 +94,8 @@ async def apply_pending_commands(
         await anyio.to_thread.run_sync(_acknowledge, store, ack)
         del waiting[command.id]
         done.append(ack)
-    for command_id in [i for i in waiting if i not in {c.id for c in pending}]:
+    pending_ids = {c.id for c in pending}
+    for command_id in [i for i in waiting if i not in pending_ids]:
         del waiting[command_id]  # acknowledged meanwhile (our last write did land after all)
     return done
 

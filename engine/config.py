@@ -135,15 +135,20 @@ def _index_lines(
             _index_lines(item, (*at, i), lines, path, seen_nodes, error)
 
 
+def nearest_line(loc: FieldPath, lines: Mapping[FieldPath, int]) -> int | None:
+    """The line of the field at ``loc``, or of its nearest enclosing field that has one."""
+    for depth in range(len(loc), -1, -1):
+        if (line := lines.get(loc[:depth])) is not None:
+            return line
+    return None
+
+
 def issues_from(exc: ValidationError, path: str, lines: Mapping[FieldPath, int]) -> list[ConfigIssue]:
     """pydantic's errors as one-line issues, each at the line of the nearest field that exists."""
     issues = []
     for err in exc.errors():
         loc = tuple(p for p in err["loc"] if isinstance(p, str | int))
-        line = None
-        for depth in range(len(loc), -1, -1):
-            if (line := lines.get(loc[:depth])) is not None:
-                break
+        line = nearest_line(loc, lines)
         message = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             message = "unknown key"

@@ -119,11 +119,14 @@ def demo_engine(
     seed: int = 0,
     wall_clock: Callable[[], float] | None = None,
     record: bool = False,
+    watch: bool = False,
 ) -> Engine:
-    """An engine with the bundled travel tools registered, and the fault plan injected."""
+    """An engine with the bundled travel tools registered, and the fault plan injected;
+    ``watch`` hot-reloads the manifests."""
     engine = Engine(
-        manifests, rng=random.Random(seed), faults=faults, wall_clock=wall_clock or time.time, record=record
-    )
+        manifests, watch=watch, rng=random.Random(seed), faults=faults, wall_clock=wall_clock or time.time,
+        record=record,
+    )  # fmt: skip
     for name, fn in DEMO_TOOLS.items():
         engine.register(name, fn)
     return engine

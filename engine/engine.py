@@ -168,7 +168,8 @@ class _CallRun:
     turn_id: str | None
     trace: list[Event] | None
     start: float
-    handler: HandlerLike | None
+    handler: ErrorHandler | None
+    """The call's own handler, normalized (see :func:`as_handler`); None defers to the engine's."""
 
 
 _Cause = tuple[list[Event] | None, str | None, str | None]
@@ -451,7 +452,7 @@ class Engine:
             rejected = self._rejected(tool, args, ctx, call_id, turn_id, trace, now)
             if not manifest.alternatives and handler is None and self.handler is None:
                 return rejected  # nothing could change the outcome: skip the handler
-            state = _CallRun(tool, manifest, args, ctx, call_id, turn_id, trace, start, handler)
+            state = _CallRun(tool, manifest, args, ctx, call_id, turn_id, trace, start, as_handler(handler))
             return await self._after_rejection(state, rejected, now)
         bus = self._bus
         faults = self.faults
@@ -559,7 +560,7 @@ class Engine:
                 timed_out=classification.kind is ErrorKind.TIMEOUT,
             )
             if run is None:
-                run = _CallRun(tool, manifest, args, ctx, call_id, turn_id, trace, start, handler)
+                run = _CallRun(tool, manifest, args, ctx, call_id, turn_id, trace, start, as_handler(handler))
             partial_result = _partial_result_of(error)
             decided = self._decide(run, error, classification, attempt, now, partial_result)
             if observed:
@@ -580,7 +581,7 @@ class Engine:
                 )  # fmt: skip
                 self.publish(failed, trace)
             if decided.decision is not Decision.RETRY:
-                return await self._conclude(run, now, attempt, error, classification, decided)
+                return await self._conclude(run, now, attempt, error, classification, decided, partial_result)
             if decided.delay_s > 0:
                 await anyio.sleep(decided.delay_s)
             now = clock()
@@ -590,7 +591,7 @@ class Engine:
             if permit is None:
                 reason = f"retry short-circuited: {breaker.rejection_reason()}"
                 shorted = HandlerDecision(Decision.ESCALATE, reason)
-                return await self._conclude(run, now, attempt, error, _CIRCUIT_OPEN, shorted)
+                return await self._conclude(run, now, attempt, error, _CIRCUIT_OPEN, shorted, partial_result)
             metrics.on_retry(now)
 
     async def _invoke(
@@ -653,7 +654,7 @@ class Engine:
             plan = _NO_RETRY
         optional = ctx.optional if ctx is not None else False
         alternatives = self._available_alternatives(manifest, ctx, now) if manifest.alternatives else ()
-        custom = (as_handler(run.handler) if run.handler is not None else None) or self.handler
+        custom = run.handler or self.handler
         if custom is None:  # the default rules alone: no FailureContext to build
             return _DEFAULT_HANDLER.decide_on(
                 tool_id=tool.name,
@@ -688,11 +689,11 @@ class Engine:
         self, failure: FailureContext, custom: ErrorHandler, ctx: CallContext | None, now: float
     ) -> HandlerDecision:
         """The custom handler's decision within the engine's hard limits, else the default's."""
-        default = _DEFAULT_HANDLER.decide(failure)
         try:
             decided = custom.decide(failure)
         except Exception as exc:
             log.warning("error handler %r failed: %s", custom, exc)
+            default = _DEFAULT_HANDLER.decide(failure)
             self.publish(
                 HandlerFailed(
                     at=self.wall_clock(), t=now, tool_id=failure.tool_id, call_id=failure.call_id,
@@ -702,9 +703,10 @@ class Engine:
             )  # fmt: skip
             return default
         if decided is None:
-            return default
+            return _DEFAULT_HANDLER.decide(failure)
         refusal = self._refuse(decided, failure)
         if refusal:
+            default = _DEFAULT_HANDLER.decide(failure)
             return HandlerDecision(
                 default.decision, f"{refusal}; {default.reason}", default.delay_s, default.alternative
             )
@@ -730,8 +732,8 @@ class Engine:
     def _available_alternatives(
         self, manifest: ToolManifest, ctx: CallContext | None, now: float
     ) -> tuple[str, ...]:
-        if not manifest.alternatives:
-            return ()
+        """The manifest's alternatives not yet tried whose breakers admit a call; callers skip
+        manifests without alternatives."""
         tried = (*ctx.tried, manifest.id) if ctx is not None else (manifest.id,)
         return tuple(
             name
@@ -747,8 +749,9 @@ class Engine:
         error: BaseException,
         classification: Classification,
         decided: HandlerDecision,
+        partial_result: Any,
     ) -> CallResult:
-        """Carry out a decision other than retry."""
+        """Carry out a decision other than retry; ``partial_result`` is what ``error`` carries."""
         tool, call_id, turn_id, trace, start = run.tool, run.call_id, run.turn_id, run.trace, run.start
         final = ToolError(
             classification.kind,
@@ -773,8 +776,9 @@ class Engine:
                     ),
                     trace,
                 )  # fmt: skip
-            value = _partial_result_of(error)
-            return CallResult(tool.name, value, final, attempts, None, decided.decision, decided.reason)
+            return CallResult(
+                tool.name, partial_result, final, attempts, None, decided.decision, decided.reason
+            )
         tool.metrics.on_failure(now)
         if observed:
             self.publish(
@@ -843,7 +847,8 @@ class Engine:
     async def _after_rejection(self, run: _CallRun, rejected: CallResult, now: float) -> CallResult:
         """Let the handler decide about a rejection: it may route the call to an alternative."""
         assert rejected.error is not None
-        decided = self._decide(run, rejected.error, _CIRCUIT_OPEN, 0, now, _partial_result_of(rejected.error))
+        # The error is the circuit-open ToolError _rejected just built: it carries no partial result.
+        decided = self._decide(run, rejected.error, _CIRCUIT_OPEN, 0, now, MISSING)
         if decided.decision is Decision.ALTERNATIVE and decided.alternative is not None:
             return await self._use_alternative(run, decided, now)
         rejected.decision, rejected.reason = decided.decision, decided.reason

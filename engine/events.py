@@ -269,33 +269,32 @@ class TurnStarted(Event):
 
 
 @dataclass(slots=True, kw_only=True)
-class CallSkipped(ToolEvent):
-    """An optional call was not run because a dependency did not succeed."""
+class DependencyBlocked(ToolEvent, abstract=True):
+    """A call's dependencies did not all succeed: what blocked it, and what was done instead."""
 
     blocked_by: tuple[str, ...]
     reason: str
+
+
+@dataclass(slots=True, kw_only=True)
+class CallSkipped(DependencyBlocked):
+    """An optional call was not run because a dependency did not succeed."""
 
     def describe(self) -> str:
         return f"Optional tool skipped due to dependency failure: {self.tool_id} ({self.reason})"
 
 
 @dataclass(slots=True, kw_only=True)
-class CallEscalated(ToolEvent):
+class CallEscalated(DependencyBlocked):
     """A required call could not run because a dependency did not succeed."""
-
-    blocked_by: tuple[str, ...]
-    reason: str
 
     def describe(self) -> str:
         return f"Required tool skipped due to dependency failure: {self.tool_id} ({self.reason})"
 
 
 @dataclass(slots=True, kw_only=True)
-class DefaultUsed(ToolEvent):
+class DefaultUsed(DependencyBlocked):
     """A call ran with its declared default in place of a failed dependency's output."""
-
-    blocked_by: tuple[str, ...]
-    reason: str
 
     def describe(self) -> str:
         return f"Used default value for {self.tool_id} (in place of {', '.join(self.blocked_by)})"

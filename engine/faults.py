@@ -45,7 +45,7 @@ import hashlib
 import json
 import re
 from collections.abc import AsyncGenerator, AsyncIterable, Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from http import HTTPStatus
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, NoReturn, Protocol, TypeVar, get_args
@@ -62,7 +62,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from engine.config import ConfigError, ConfigIssue, read_yaml
+from engine.config import ConfigError, ConfigIssue, nearest_line, read_yaml
 from engine.errors import ToolError
 from engine.kinds import ErrorKind
 from engine.manifest import TOOL_ID_PATTERN
@@ -169,10 +169,6 @@ class FaultResponse:
             return HTTPStatus(self.status_code).phrase
         except ValueError:
             return ""
-
-    @property
-    def is_success(self) -> bool:
-        return 200 <= self.status_code < 300
 
     def json(self) -> Any:
         return json.loads(self.content)
@@ -291,8 +287,14 @@ class BaseFault(BaseModel):
         return None
 
     async def run(self, invoke: Invoke) -> Any:
-        """Await in place of the tool, inside the attempt's timeout scope; ``invoke()`` runs the tool."""
-        raise NotImplementedError
+        """Await in place of the tool, inside the attempt's timeout scope; ``invoke()`` runs the tool.
+
+        By default: raise :meth:`exception` at once (the tool does not run).
+        """
+        exc = self.exception()
+        if exc is None:
+            raise NotImplementedError
+        raise exc
 
 
 class OkFault(BaseFault):
@@ -393,9 +395,6 @@ class HttpErrorFault(BaseFault):
             error_class(f"HTTP {self.status_code}: {shown}", response=response, body=body), self.type
         )
 
-    async def run(self, invoke: Invoke) -> NoReturn:
-        raise self.exception()
-
 
 class MalformedResponseFault(BaseFault):
     """A response that fails to parse: raises the ``json.JSONDecodeError`` of parsing ``raw``."""
@@ -419,9 +418,6 @@ class MalformedResponseFault(BaseFault):
             return _mark(exc, self.type)
         raise AssertionError("raw parses as JSON")  # pragma: no cover - rejected on load
 
-    async def run(self, invoke: Invoke) -> NoReturn:
-        raise self.exception()
-
 
 StreamError = Literal["ConnectionError", "ConnectionResetError", "TimeoutError", "RemoteProtocolError"]
 
@@ -439,9 +435,6 @@ class StreamTruncateFault(BaseFault):
 
     def exception(self) -> Exception:
         return _mark(_STREAM_ERRORS[self.raise_](self.after_chunks), self.type)
-
-    async def run(self, invoke: Invoke) -> NoReturn:
-        raise self.exception()
 
     async def wrap_stream(self, stream: AsyncIterable[T]) -> AsyncGenerator[T, None]:
         """Yield the first ``after_chunks`` chunks of ``stream``, close it, then raise.
@@ -471,9 +464,6 @@ class ConnectionResetFault(BaseFault):
     def exception(self) -> Exception:
         return _mark(ConnectionResetError(errno.ECONNRESET, "Connection reset by peer"), self.type)
 
-    async def run(self, invoke: Invoke) -> NoReturn:
-        raise self.exception()
-
 
 class PartialResponseFault(BaseFault):
     """A completion cut at the length limit: ``LengthFinishReasonError`` with zero completion tokens."""
@@ -489,9 +479,6 @@ class PartialResponseFault(BaseFault):
         }
         return _mark(LengthFinishReasonError(completion=completion), self.type)
 
-    async def run(self, invoke: Invoke) -> NoReturn:
-        raise self.exception()
-
 
 class InvalidParametersFault(BaseFault):
     """The arguments are rejected: ``ToolError(invalid_parameters, message)``."""
@@ -501,9 +488,6 @@ class InvalidParametersFault(BaseFault):
 
     def exception(self) -> Exception:
         return _mark(ToolError(ErrorKind.INVALID_PARAMETERS, self.message), self.type)
-
-    async def run(self, invoke: Invoke) -> NoReturn:
-        raise self.exception()
 
 
 ToolCallFaultMode = Literal["malformed_arguments", "unknown_tool", "missing_arguments"]
@@ -557,9 +541,6 @@ class ToolCallFault(BaseFault):
     def exception(self) -> Exception:
         message = f"{_TOOL_CALL_MESSAGES[self.mode]} ({self.mode})"
         return _mark(ToolError(ErrorKind.INVALID_PARAMETERS, message), self.type)
-
-    async def run(self, invoke: Invoke) -> NoReturn:
-        raise self.exception()
 
 
 Fault = Annotated[
@@ -830,10 +811,7 @@ def _line_of(loc: Loc, lines: Mapping[Loc, int]) -> int | None:
         rate_line = lines.get(("fault_plan", "chaos", "rates", loc[3]))
         if rate_line is not None:
             return rate_line
-    for depth in range(len(loc), -1, -1):
-        if (line := lines.get(loc[:depth])) is not None:
-            return line
-    return None
+    return nearest_line(loc, lines)
 
 
 def _issues(exc: ValidationError, source: str, lines: Mapping[Loc, int]) -> list[ConfigIssue]:
@@ -903,15 +881,7 @@ class FiredFault:
     """Where it came from: ``steps[0].sequence[1]`` or ``chaos``."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "tool_id": self.tool_id,
-            "call": self.call,
-            "attempt": self.attempt,
-            "turn_id": self.turn_id,
-            "call_id": self.call_id,
-            "fault_type": self.fault_type,
-            "source": self.source,
-        }
+        return asdict(self)
 
 
 class InjectedAttempt(Protocol):
@@ -1015,8 +985,7 @@ class FaultInjector:
         if fault is None and self._chaos:
             fault = self._draw(tool_id, call, attempt, turn_id, call_id)
         if fault is not None and not fault.is_ok:
-            self.counters[fault.fault_type] = self.counters.get(fault.fault_type, 0) + 1
-            self.fired.append(FiredFault(tool_id, call, attempt, turn_id, call_id, fault.fault_type, source))
+            self._fired(FiredFault(tool_id, call, attempt, turn_id, call_id, fault.fault_type, source))
         return fault
 
     def tool_call_fault(
@@ -1031,18 +1000,23 @@ class FaultInjector:
         if index == self._NO_STEP:
             return None
         step = self.plan.steps[index]
+        # call 0 matches no {tool, call} step (ordinals are 1-based): a {tool} or {turn, call_id} one
         position = self._cursors[index] if step.match.level == "tool" else 0
-        if step.match.level == "call" or position >= len(step.sequence):
+        if position >= len(step.sequence):
             return None
         fault = step.sequence[position]
         if not isinstance(fault, ToolCallFault):
             return None
         if step.match.level == "tool":
             self._cursors[index] = position + 1
-        self.counters[fault.fault_type] = self.counters.get(fault.fault_type, 0) + 1
         source = f"steps[{index}].sequence[{position}]"
-        self.fired.append(FiredFault(tool_id, 0, 0, turn_id, call_id, fault.fault_type, source))
+        self._fired(FiredFault(tool_id, 0, 0, turn_id, call_id, fault.fault_type, source))
         return fault
+
+    def _fired(self, fired: FiredFault) -> None:
+        """Count and record an injected fault."""
+        self.counters[fired.fault_type] = self.counters.get(fired.fault_type, 0) + 1
+        self.fired.append(fired)
 
     def _step_for(self, tool_id: str, call: int, turn_id: str | None, call_id: str | None) -> int:
         if turn_id is not None and call_id is not None and self._by_call_id:

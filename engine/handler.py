@@ -10,7 +10,6 @@ deadline, no alternative that is unknown or already tried.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -164,7 +163,9 @@ class DefaultErrorHandler:
             elif breaker_state in (BreakerState.OPEN, BreakerState.FORCED_OPEN):
                 why = f"circuit breaker for {tool_id} is {breaker_state}"
             else:
-                return _retry_decision(c.error_class, plan.reason, plan.delay_s)
+                return HandlerDecision(
+                    Decision.RETRY, f"{c.error_class} error, circuit closed: {plan.reason}", plan.delay_s
+                )
         elif kind is ErrorKind.CIRCUIT_OPEN:
             why = "circuit breaker open: no attempt made"
         else:
@@ -183,12 +184,6 @@ class DefaultErrorHandler:
         if optional:
             return HandlerDecision(Decision.FAIL_GRACEFULLY, f"{why}; optional call, the turn continues")
         return HandlerDecision(Decision.ESCALATE, why)
-
-
-@functools.lru_cache(maxsize=1024, typed=True)
-def _retry_decision(error_class: str, plan_reason: str, delay_s: float) -> HandlerDecision:
-    """Decisions are immutable and, without jitter, the same few recur: each is made once."""
-    return HandlerDecision(Decision.RETRY, f"{error_class} error, circuit closed: {plan_reason}", delay_s)
 
 
 def as_handler(handler: HandlerLike | None) -> ErrorHandler | None:

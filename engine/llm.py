@@ -18,7 +18,7 @@ import logging
 import re
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
@@ -168,6 +168,17 @@ def _parse_arguments(raw: Any, what: str) -> tuple[dict[str, Any] | None, str | 
 
 # --- the text for the model ---------------------------------------------------------------
 
+_GUIDANCE_BY_KIND: Final[dict[ErrorKind, str]] = {
+    ErrorKind.CANCELED: GUIDANCE_CANCELED,
+    ErrorKind.UNKNOWN_TOOL: GUIDANCE_UNKNOWN_TOOL,
+    ErrorKind.INVALID_PARAMETERS: GUIDANCE_FIX_ARGUMENTS,
+    ErrorKind.CIRCUIT_OPEN: GUIDANCE_CIRCUIT_OPEN,
+    ErrorKind.NOT_PERMITTED: GUIDANCE_NOT_PERMITTED,
+    ErrorKind.LIMIT_EXCEEDED: GUIDANCE_LIMIT_EXCEEDED,
+    ErrorKind.NOT_FOUND: GUIDANCE_NOT_FOUND,
+}
+"""Kinds with guidance of their own; the others get the transient or the permanent line."""
+
 
 def guidance_for(
     kind: ErrorKind | str | None, retryable: bool | None = None, error_type: str | None = None
@@ -176,17 +187,8 @@ def guidance_for(
     k = _as_kind(kind)
     if error_type == TURN_DEADLINE_ERROR_TYPE:
         return GUIDANCE_DEADLINE
-    specific = {
-        ErrorKind.CANCELED: GUIDANCE_CANCELED,
-        ErrorKind.UNKNOWN_TOOL: GUIDANCE_UNKNOWN_TOOL,
-        ErrorKind.INVALID_PARAMETERS: GUIDANCE_FIX_ARGUMENTS,
-        ErrorKind.CIRCUIT_OPEN: GUIDANCE_CIRCUIT_OPEN,
-        ErrorKind.NOT_PERMITTED: GUIDANCE_NOT_PERMITTED,
-        ErrorKind.LIMIT_EXCEEDED: GUIDANCE_LIMIT_EXCEEDED,
-        ErrorKind.NOT_FOUND: GUIDANCE_NOT_FOUND,
-    }
-    if k is not None and k in specific:
-        return specific[k]
+    if k is not None and k in _GUIDANCE_BY_KIND:
+        return _GUIDANCE_BY_KIND[k]
     if retryable is None:
         retryable = k is not None and k.transient
     return GUIDANCE_TRANSIENT if retryable else GUIDANCE_PERMANENT
@@ -268,9 +270,18 @@ def _kv_pattern(fields: frozenset[str]) -> re.Pattern[str] | None:
     return pattern
 
 
+def _wanted(fields: Iterable[str]) -> frozenset[str]:
+    """Secret field names as keys are compared: normalized once per public call."""
+    return frozenset(_norm_key(f) for f in fields)
+
+
 def secret_values(value: Any, fields: Iterable[str] = DEFAULT_SECRET_FIELDS) -> tuple[str, ...]:
     """The values of secret fields anywhere in ``value`` (nested dicts and lists), longest first."""
-    wanted = frozenset(_norm_key(f) for f in fields)
+    return _secret_values(value, _wanted(fields))
+
+
+def _secret_values(value: Any, wanted: frozenset[str]) -> tuple[str, ...]:
+    """:func:`secret_values` for normalized field names: distinct, non-empty, longest first."""
     found: set[str] = set()
 
     def leaves(v: Any) -> None:
@@ -305,11 +316,16 @@ def secret_values(value: Any, fields: Iterable[str] = DEFAULT_SECRET_FIELDS) -> 
 
 def redact(text: str, secrets: Iterable[str] = (), *, fields: Iterable[str] = DEFAULT_SECRET_FIELDS) -> str:
     """Replace every secret value, ``field=value`` pair and common credential shape with ``[REDACTED]``."""
-    for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
+    return _redact(text, sorted({s for s in secrets if s}, key=len, reverse=True), _wanted(fields))
+
+
+def _redact(text: str, secrets: Iterable[str], wanted: frozenset[str]) -> str:
+    """:func:`redact` for distinct, non-empty ``secrets`` already longest first and normalized names."""
+    for secret in secrets:
         text = text.replace(secret, REDACTED)
     for pattern, replacement in _CREDENTIAL_SHAPES:
         text = pattern.sub(replacement, text)
-    kv = _kv_pattern(frozenset(_norm_key(f) for f in fields))
+    kv = _kv_pattern(wanted)
     if kv is not None:
         text = kv.sub(rf"\1\2{REDACTED}", text)
     return text
@@ -317,7 +333,11 @@ def redact(text: str, secrets: Iterable[str] = (), *, fields: Iterable[str] = DE
 
 def redact_arguments(value: Any, fields: Iterable[str] = DEFAULT_SECRET_FIELDS) -> Any:
     """A copy of ``value`` with the values of secret fields replaced by ``[REDACTED]``."""
-    wanted = frozenset(_norm_key(f) for f in fields)
+    return _redact_arguments(value, _wanted(fields))
+
+
+def _redact_arguments(value: Any, wanted: frozenset[str]) -> Any:
+    """:func:`redact_arguments` for normalized field names."""
 
     def walk(v: Any) -> Any:
         if isinstance(v, Mapping):
@@ -325,7 +345,7 @@ def redact_arguments(value: Any, fields: Iterable[str] = DEFAULT_SECRET_FIELDS) 
         if isinstance(v, list | tuple):
             return [walk(item) for item in v]
         if isinstance(v, str):
-            return redact(v, fields=wanted)
+            return _redact(v, (), wanted)
         return v
 
     return walk(value)
@@ -384,20 +404,11 @@ class ToolExecutionError(ToolError):
         """The original exception's class name (seed 003), or the kind for calls that never ran."""
         return self._error_type
 
-    @property
-    def timestamp(self) -> datetime:
-        assert self.at is not None
-        return datetime.fromtimestamp(self.at, UTC)
-
     def to_dict(self) -> dict[str, Any]:
         return {"tool_name": self.tool_name, **super().to_dict()}
 
     def __repr__(self) -> str:
         return f"ToolExecutionError({self.tool_name!r}, {self.error_type}, {self.message!r})"
-
-
-def _error_type_of(error: BaseException) -> str:
-    return _root_error_type(error) if isinstance(error, ToolError) else type(error).__name__
 
 
 class ToolErrorRegistry:
@@ -414,7 +425,7 @@ class ToolErrorRegistry:
 
     def record_error(self, tool_name: str, error: BaseException) -> None:
         """Record one failure: ``{timestamp (ISO), error_type, error_message}``."""
-        error_type = _error_type_of(error)
+        error_type = _root_error_type(error)
         key = f"{tool_name}:{error_type}"
         at = error.timestamp if isinstance(error, ToolError) else None
         entry = {
@@ -530,7 +541,7 @@ class ToolCallExecutor:
             raise ValueError(f"max_error_chars must be at least {MIN_ERROR_CHARS}, got {max_error_chars}")
         self.engine = engine
         self.deadline_s = deadline_s
-        self.secret_fields = frozenset(_norm_key(f) for f in secret_fields)
+        self.secret_fields = _wanted(secret_fields)
         self.max_error_chars = max_error_chars
         self.registry = registry if registry is not None else ToolErrorRegistry()
         self.calls_total = 0
@@ -560,7 +571,7 @@ class ToolCallExecutor:
         ``turn_id`` names the turn (a fresh id by default)."""
         turn_id = turn_id if turn_id is not None else self.engine.next_turn_id()
         calls = [self._as_faulted(call, turn_id) for call in calls]
-        tools = set(self.engine.tools)
+        tools = self.engine.tool_ids
         refused: dict[int, tuple[ErrorKind, str]] = {}
         runnable: list[ToolCall] = []
         seen: set[str] = set()
@@ -634,7 +645,9 @@ class ToolCallExecutor:
         arguments, raw_text, problem = _parse_arguments(corrupted, "arguments")
         return LLMToolCall(call.id, name, arguments, raw_text, problem)
 
-    def _refusal(self, call: LLMToolCall, tools: set[str], seen: set[str]) -> tuple[ErrorKind, str] | None:
+    def _refusal(
+        self, call: LLMToolCall, tools: Collection[str], seen: set[str]
+    ) -> tuple[ErrorKind, str] | None:
         """Why ``call`` must not run (kind, one-line message), or None."""
         if call.id in seen:
             return ErrorKind.INVALID_PARAMETERS, (
@@ -694,8 +707,8 @@ class ToolCallExecutor:
         executed: bool,
         original: BaseException | None,
     ) -> ToolResultItem:
-        fields = self.secret_fields
-        clean = redact(message, secret_values(call.arguments, fields), fields=fields)
+        fields = self.secret_fields  # normalized once, in __init__
+        clean = _redact(message, _secret_values(call.arguments, fields), fields)
         alternative = self._alternative(call.name, kind, tried)
         content = format_tool_error_for_llm(
             call.name, error_type, clean, kind=kind, retryable=retryable, alternative=alternative,
@@ -706,7 +719,7 @@ class ToolCallExecutor:
         tool_input = call.arguments if call.arguments is not None else call.raw_arguments
         stamped = isinstance(original, ToolError) and original.at is not None
         error = ToolExecutionError(
-            call.name, original, redact_arguments(tool_input, fields), clean, error_type=error_type,
+            call.name, original, _redact_arguments(tool_input, fields), clean, error_type=error_type,
             at=None if stamped else self.engine.wall_clock(),
         )  # fmt: skip
         self.registry.record_error(call.name, error)
@@ -719,7 +732,7 @@ class ToolCallExecutor:
         if kind is None or kind in CALLER_FAULT_KINDS:
             return None
         engine = self.engine
-        registered = set(engine.tools)
+        registered = engine.tool_ids
         if tool not in registered:
             return None
         for name in engine.manifest(tool).alternatives:

@@ -158,6 +158,8 @@ class ManifestRegistry:
     _defaults_digest: str | None = None
     _files: dict[Path, _FileState] = field(default_factory=dict)
     _fallbacks: dict[str, ToolManifest] = field(default_factory=dict)
+    _fallback_digests: dict[str, str] = field(default_factory=dict)
+    """The digests of ``_fallbacks``: they change only with the defaults, and are cleared with them."""
 
     @classmethod
     def from_directory(cls, directory: str | Path, *, at: float = 0.0) -> ManifestRegistry:
@@ -199,7 +201,12 @@ class ManifestRegistry:
     def digest(self, tool_id: str) -> str:
         """The digest of the policy in force for ``tool_id`` (defaults-only tools included)."""
         entry = self.entries.get(tool_id)
-        return entry.digest if entry is not None else _digest_of(self.get(tool_id))
+        if entry is not None:
+            return entry.digest
+        digest = self._fallback_digests.get(tool_id)
+        if digest is None:
+            digest = self._fallback_digests[tool_id] = _digest_of(self.get(tool_id))
+        return digest
 
     def is_manifest_file(self, path: Path) -> bool:
         path = self._canonical(Path(path))
@@ -259,7 +266,7 @@ class ManifestRegistry:
             )
             return [self._reject(shown, error, self._defaults_digest, at, t)]
         self._defaults, self._defaults_digest = new_defaults, digest
-        self._fallbacks = {}
+        self._fallbacks, self._fallback_digests = {}, {}
         self.rejected.pop(shown, None)
         events: list[Event] = []
         for file_path, manifest in revalidated.items():

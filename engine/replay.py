@@ -14,7 +14,7 @@ for, is a mismatch.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import anyio
@@ -161,10 +161,7 @@ def _attempts(events: list[Event]) -> dict[tuple[str, str, int], RecordedAttempt
 
 
 def _with_partial_value(attempt: RecordedAttempt, value: Any) -> RecordedAttempt:
-    return RecordedAttempt(
-        attempt.tool_id, attempt.call_id, attempt.attempt, attempt.outcome, attempt.latency_s, value,
-        attempt.classification, attempt.message, attempt.fault_type, True,
-    )  # fmt: skip
+    return replace(attempt, value=value, partial=True)
 
 
 class _Replayed:
@@ -358,10 +355,8 @@ def decisions(events: Iterable[Event]) -> dict[str, str]:
             facts[f"{where} end"] = f"rejected ({e.state}){at}"
         elif isinstance(e, AlternativeUsed):
             facts[f"{where} alternative"] = f"{e.alternative}{at}"
-        elif isinstance(e, CallSkipped | CallEscalated):
+        elif isinstance(e, CallSkipped | CallEscalated | DefaultUsed):
             facts[f"{e.call_id} cascade"] = f"{e.event_type} {sorted(e.blocked_by)}{at}"
-        elif isinstance(e, DefaultUsed):
-            facts[f"{e.call_id} cascade"] = f"DefaultUsed {sorted(e.blocked_by)}{at}"
     for tool_id, changes in transitions.items():
         facts[f"breaker {tool_id}"] = " ".join(changes)
     return facts

@@ -6,7 +6,6 @@ Everything here is pure: the caller passes elapsed time, the attempt count and a
 
 from __future__ import annotations
 
-import functools
 import random
 from dataclasses import dataclass
 from typing import Literal, Self
@@ -85,8 +84,8 @@ def plan_retry(
         and retry_left_s > 0
         and delay_s <= retry_left_s
         and (remaining_s is None or (remaining_s > 0 and delay_s < remaining_s))
-    ):
-        return _retry_plan(attempts_made, delay_s, "backoff")  # the usual case: within every budget
+    ):  # the usual case: within every budget
+        return _retry_plan(attempts_made, delay_s, "backoff")
     # (name, seconds left, whether the retry must also start before it ends); a name of None is
     # the policy's own budget, named only if a message needs it.
     budgets: tuple[tuple[str | None, float, bool], ...] = ((None, retry_left_s, False),)
@@ -116,9 +115,7 @@ def plan_retry(
     return _retry_plan(attempts_made, delay_s, why)
 
 
-@functools.lru_cache(maxsize=1024, typed=True)
 def _retry_plan(attempts_made: int, delay_s: float, why: str) -> RetryPlan:
-    """Plans are immutable and, without jitter, the same few recur: each is made once."""
     return RetryPlan(True, delay_s, f"retry {attempts_made} in {delay_s * 1000:.0f} ms ({why})")
 
 

@@ -59,6 +59,7 @@ from engine.events import (
     ManifestLoaded,
     TurnFinished,
     TurnStarted,
+    event_from_dict,
     field_shapes,
 )
 
@@ -180,6 +181,15 @@ def _v1(db: Database) -> None:
     )
 
 
+# The WHERE clauses of _v2's partial indexes; queries must repeat them word for word, or SQLite will
+# not use the indexes. Part of a released migration: never edit them.
+_BREAKER_TRANSITIONS = (
+    "event_type IN ('BreakerOpened', 'BreakerHalfOpened', 'BreakerClosed', 'BreakerTripped', 'BreakerReset',"
+    " 'BreakerDisabled')"
+)
+_MANIFEST_CHANGES = "event_type IN ('ManifestLoaded', 'ManifestRemoved')"
+
+
 def _v2(db: Database) -> None:
     """Operator commands for an engine in another process, and what an attached console seeds from."""
     # CHECK constraints: sqlite-utils cannot declare them. expires_at: a command the engine has not
@@ -195,14 +205,9 @@ def _v2(db: Database) -> None:
     db.execute("CREATE INDEX commands_pending ON commands (id) WHERE status = 'pending'")
     # A tool's newest breaker transition and manifest change, without scanning its events.
     db.execute(
-        "CREATE INDEX events_breaker_transitions ON events (tool_id, id) WHERE event_type IN"
-        " ('BreakerOpened', 'BreakerHalfOpened', 'BreakerClosed', 'BreakerTripped', 'BreakerReset',"
-        " 'BreakerDisabled')"
+        f"CREATE INDEX events_breaker_transitions ON events (tool_id, id) WHERE {_BREAKER_TRANSITIONS}"
     )
-    db.execute(
-        "CREATE INDEX events_manifest_changes ON events (tool_id, id)"
-        " WHERE event_type IN ('ManifestLoaded', 'ManifestRemoved')"
-    )
+    db.execute(f"CREATE INDEX events_manifest_changes ON events (tool_id, id) WHERE {_MANIFEST_CHANGES}")
     db.execute("CREATE INDEX manifests_by_tool ON manifests (tool_id, first_seen)")
 
 
@@ -210,12 +215,6 @@ MIGRATIONS: list[Migration] = [_v1, _v2]
 """Migration ``i`` takes a store from schema version ``i`` to ``i + 1``; never edit a released one."""
 SCHEMA_VERSION = len(MIGRATIONS)
 TABLES = frozenset({"meta", "turns", "turn_tools", "events", "attempts", "manifests", "commands"})
-# Must match the partial indexes' WHERE clauses of _v2 word for word, or SQLite will not use them.
-_BREAKER_TRANSITIONS = (
-    "event_type IN ('BreakerOpened', 'BreakerHalfOpened', 'BreakerClosed', 'BreakerTripped', 'BreakerReset',"
-    " 'BreakerDisabled')"
-)
-_MANIFEST_CHANGES = "event_type IN ('ManifestLoaded', 'ManifestRemoved')"
 
 
 # --- rows -----------------------------------------------------------------------------------
@@ -544,41 +543,13 @@ _INSERT_TURN = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class _Decoder:
-    cls: type[Event]
-    names: frozenset[str]
-    columns: tuple[str, ...]
-    """Which of turn_id, call_id, tool_id the class has."""
-    converters: tuple[tuple[str, Callable[[Any], Any]], ...]
-    """Fields JSON cannot carry as they are: enums and tuples."""
-    fast: Callable[..., Event]
-    """(turn_id, call_id, tool_id, at, t, data dict) → the event, for data holding every field."""
+def _decoder(cls: type[Event]) -> Callable[..., Event]:
+    """How to rebuild ``cls`` from a row: ``(turn_id, call_id, tool_id, at, t, data dict) → event``.
 
-    def slow(self, turn_id: str | None, call_id: str | None, tool_id: str | None, at: float, t: float,
-             data: dict[str, Any]) -> Event:  # fmt: skip
-        """Any data: fields missing (an older writer) take their defaults, unknown ones are dropped."""
-        kwargs = {k: v for k, v in data.items() if k in self.names}
-        kwargs["at"], kwargs["t"] = at, t
-        for column, value in zip(_COLUMNS, (turn_id, call_id, tool_id), strict=True):
-            if column in self.columns:
-                kwargs[column] = value
-        for name, convert in self.converters:
-            value = kwargs.get(name)
-            if value is not None:
-                kwargs[name] = convert(value)
-        return self.cls(**kwargs)
-
-
-def _decoder(cls: type[Event]) -> _Decoder:
-    """How to rebuild ``cls`` from a row.
-
-    Its fast path is generated: one call with keyword arguments, enums looked up in a dict
-    (``ErrorKind(value)`` costs ~1 µs), about half the cost of building kwargs; it raises on
-    anything unexpected and the slow path takes over.
+    Generated: one call with keyword arguments, enums looked up in a dict (``ErrorKind(value)``
+    costs ~1 µs), about half the cost of building kwargs. It expects data holding every field
+    and raises on anything unexpected: then :func:`~engine.events.event_from_dict` takes over.
     """
-    names = frozenset(f.name for f in fields(cls))
-    converters: list[tuple[str, Callable[[Any], Any]]] = []
     namespace: dict[str, Any] = {"cls": cls}
     arguments = ["at=at", "t=t"]
     for field_ in field_shapes(cls):
@@ -590,7 +561,6 @@ def _decoder(cls: type[Event]) -> _Decoder:
             continue
         value = f"d[{name!r}]"
         if convert is not None:
-            converters.append((name, convert))
             if issubclass(convert, Enum):
                 namespace[f"E_{name}"] = {member.value: member for member in convert}
                 value = f"E_{name}[{value}]"
@@ -601,11 +571,11 @@ def _decoder(cls: type[Event]) -> _Decoder:
         arguments.append(f"{name}={value}")
     source = f"def fast(turn_id, call_id, tool_id, at, t, d):\n    return cls({', '.join(arguments)})"
     exec(compile(source, f"<trace decoder of {cls.__name__}>", "exec"), namespace)
-    columns = tuple(c for c in _COLUMNS if c in names)
-    return _Decoder(cls, names, columns, tuple(converters), namespace["fast"])
+    fast: Callable[..., Event] = namespace["fast"]
+    return fast
 
 
-_DECODERS: dict[str, _Decoder] = {}
+_DECODERS: dict[str, Callable[..., Event]] = {}
 _scan = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 """The C scanner itself: ``json.loads`` spends as long again in Python around it."""
 
@@ -626,18 +596,17 @@ def decode_event(
         if cls is None:
             raise ValueError(f"unknown event type {event_type!r} (written by a newer tripwire?)")
         decoder = _DECODERS[event_type] = _decoder(cls)
+    fields_ = _json(data)  # a damaged row raises json's own error
+    if type(fields_) is not dict:
+        raise ValueError(f"{event_type} data is not a JSON object")
     try:
-        fields_, end = _scan(data, 0)
-    except StopIteration:
-        fields_, end = None, -1
-    if end != len(data) or type(fields_) is not dict:
-        fields_ = _loads(data)  # raises the proper error for a damaged row
-        if type(fields_) is not dict:
-            raise ValueError(f"{event_type} data is not a JSON object")
-    try:
-        return decoder.fast(turn_id, call_id, tool_id, at, t, fields_)
+        return decoder(turn_id, call_id, tool_id, at, t, fields_)
     except (KeyError, TypeError):
-        return decoder.slow(turn_id, call_id, tool_id, at, t, fields_)
+        # Any data: fields missing (an older writer) take their defaults, unknown ones are dropped.
+        return event_from_dict(
+            {**fields_, "event_type": event_type, "turn_id": turn_id, "call_id": call_id, "tool_id": tool_id,
+             "at": at, "t": t}
+        )  # fmt: skip
 
 
 # --- the store ------------------------------------------------------------------------------
@@ -796,7 +765,7 @@ class TraceStore(_ClosedOnExit):
         rows, attempts, tools = pending.rows, pending.attempts, pending.tools
         add_row, add_attempt = rows.append, attempts.append
         open_turns, faults, codecs, dumps = self._open_turns, self._faults, _CODECS, _dumps
-        missing: dict[str, None] = {}
+        looked_up: dict[str, _OpenTurn | None] = {}  # turns this store did not start: found or not
         finished: list[str] = []
         event_id = first_id - 1
         for event in events:
@@ -811,10 +780,11 @@ class TraceStore(_ClosedOnExit):
             rowid = None
             if turn_id is not None:
                 turn = open_turns.get(turn_id)
-                if turn is None and turn_id not in missing:
-                    turn = self._find_turn(turn_id)
-                    if turn is None:
-                        missing[turn_id] = None
+                if turn is None:
+                    if turn_id in looked_up:
+                        turn = looked_up[turn_id]
+                    else:
+                        turn = looked_up[turn_id] = self._find_turn(turn_id)
                 if turn is not None:
                     rowid = turn.rowid
                     if tool_id is not None and tool_id not in turn.tools:
@@ -842,15 +812,13 @@ class TraceStore(_ClosedOnExit):
                     (event_id, rowid, turn_id, call_id, tool_id, e.attempts, "partial" if e.partial else "ok",
                      None, None, None, None, e.attempt_ms, fault, e.at)
                 )  # fmt: skip
-            elif action == _FINISHED:
-                turn = open_turns.get(e.turn_id) or self._find_turn(e.turn_id)
-                if turn is not None:
-                    pending.finished.append(
-                        (e.at, e.duration_ms, e.outcome, e.summary, e.executed, dumps(e.statuses), turn.rowid)
-                    )
-                    # Forgotten after this batch: events after the turn's end (the answers the
-                    # model received) may follow in it, and its row is only inserted at the end.
-                    finished.append(e.turn_id)
+            elif action == _FINISHED and rowid is not None:  # rowid: the turn, found above
+                pending.finished.append(
+                    (e.at, e.duration_ms, e.outcome, e.summary, e.executed, dumps(e.statuses), rowid)
+                )
+                # Forgotten after this batch: events after the turn's end (the answers the
+                # model received) may follow in it, and its row is only inserted at the end.
+                finished.append(turn_id)
         pending.flush(conn)
         for turn_id in finished:
             open_turns.pop(turn_id, None)
@@ -1747,7 +1715,7 @@ class TraceRecorder(_ClosedOnExit):
                 for tool_id, digest in e.manifests.items():
                     self._snapshot(digest, tool_id)
             elif what == _MANIFEST:
-                self._snapshot(e.digest, e.tool_id)
+                self._snapshot(e.digest, e.tool_id, e.manifest)
             queue.append(event)
             if what == _FINISHED and self.durability == "turn":
                 self._marks[e.turn_id] = self._enqueued + 1
@@ -1755,15 +1723,19 @@ class TraceRecorder(_ClosedOnExit):
         if len(queue) >= self.max_batch:
             self._wake.set()
 
-    def _snapshot(self, digest: str, tool_id: str) -> None:
-        """Queue a manifest version's content, once per digest, if it is still the one in force."""
+    def _snapshot(self, digest: str, tool_id: str, content: dict[str, Any] | None = None) -> None:
+        """Queue a manifest version's content, once per digest, if it is still the one in force.
+
+        ``content``: the version as data when the caller has it (a ManifestLoaded carries it).
+        """
         engine = self._engine
         if digest in self._digests or engine is None:
             return
         try:
             if engine.manifests.digest(tool_id) != digest:
                 return  # superseded already: its content is gone
-            content = engine.manifest(tool_id).model_dump(mode="json")
+            if content is None:
+                content = engine.manifest(tool_id).model_dump(mode="json")
         except Exception as exc:
             log.warning("trace recorder: could not snapshot manifest %s of %s: %s", digest, tool_id, exc)
             return

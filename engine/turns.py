@@ -25,6 +25,7 @@ from engine.events import (
     CallEscalated,
     CallSkipped,
     DefaultUsed,
+    DependencyBlocked,
     Event,
     TurnCanceled,
     TurnDeadlineExceeded,
@@ -632,7 +633,7 @@ class TurnRunner:
             reason = f"optional; dependency did not succeed ({why})"
         else:
             reason = f"required but missing input ({why})"
-        event_type: type[CallSkipped | CallEscalated] = CallSkipped if call.optional else CallEscalated
+        event_type: type[DependencyBlocked] = CallSkipped if call.optional else CallEscalated
         self._publish(
             event_type(
                 at=engine.wall_clock(), t=now, tool_id=call.tool, call_id=call.id, turn_id=self.turn_id,

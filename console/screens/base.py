@@ -7,10 +7,11 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, cast
 
 from rich.text import Text
+from textual import on
 from textual.app import ComposeResult
 from textual.content import Content
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Footer, Input, Static
 
 from console.model import Changes
 
@@ -64,8 +65,6 @@ class ConsoleScreen(Screen[None]):
     """A view of the model. ``show`` is called on every flush while the screen is active,
     and once with ``full=True`` when it becomes active again (it did no work while hidden)."""
 
-    BODY_ID = "body"
-
     @property
     def console_app(self) -> ConsoleApp:
         return cast("ConsoleApp", self.app)
@@ -79,9 +78,13 @@ class ConsoleScreen(Screen[None]):
         yield from ()
 
     def on_screen_resume(self) -> None:
+        self.redraw()
+
+    def redraw(self) -> None:
+        """Draw everything afresh as of now, and the status bar."""
         app = self.console_app
-        self.query_one(StatusBar).show(app.status_text())
         self.show(Changes(), app.now, full=True)
+        self.query_one(StatusBar).show(app.status_text())
 
     def show(self, changes: Changes, now: float, *, full: bool = False) -> None:
         """Redraw what ``changes`` touched (everything when ``full``), as of engine time ``now``."""
@@ -89,3 +92,49 @@ class ConsoleScreen(Screen[None]):
     def selected_tools(self) -> list[str]:
         """The tools an operator action applies to here (the marked ones, else the selected one)."""
         return []
+
+
+class FilterBar(Input):
+    """A view's ``/`` filter: docked at the bottom, shown only while in use."""
+
+    DEFAULT_CSS = """
+    FilterBar { dock: bottom; display: none; margin-bottom: 1; }
+    FilterBar.-active { display: block; }
+    """
+
+    def __init__(self, placeholder: str) -> None:
+        super().__init__(placeholder=placeholder, id="filter")
+
+
+class FilteredScreen(ConsoleScreen):
+    """A view with a :class:`FilterBar` (its ``compose_body`` yields one): ``/`` opens it, its text is
+    ``filter_text``, every change redraws the view, ``enter`` keeps it and ``esc`` clears it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.filter_text = ""
+
+    def focus_body(self) -> None:
+        """Give the focus back to what the view shows."""
+
+    def action_filter(self) -> None:
+        bar = self.query_one(FilterBar)
+        bar.add_class("-active")
+        bar.focus()
+
+    def action_clear_filter(self) -> None:
+        bar = self.query_one(FilterBar)
+        bar.value = ""
+        bar.remove_class("-active")
+        self.filter_text = ""
+        self.redraw()
+        self.focus_body()
+
+    @on(Input.Changed, "#filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        self.filter_text = event.value.strip()
+        self.redraw()
+
+    @on(Input.Submitted, "#filter")
+    def _filter_kept(self) -> None:
+        self.focus_body()

@@ -9,10 +9,10 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Container
-from textual.widgets import ContentSwitcher, Input
+from textual.widgets import ContentSwitcher
 
 from console.model import SEVERITY, BoardRow, Changes
-from console.screens.base import ConsoleScreen, StatusBar
+from console.screens.base import FilterBar, FilteredScreen
 from console.widgets.breaker_card import CARD_WIDTH, BreakerCard
 from console.widgets.breaker_table import BreakerTable
 
@@ -121,7 +121,7 @@ class CardGrid(Container, can_focus=True):
             self.post_message(BreakerTable.Opened(self.selected_tool))
 
 
-class BoardScreen(ConsoleScreen):
+class BoardScreen(FilteredScreen):
     """Every tool's breaker: state in colour and words, failures against the threshold, the
     half-open countdown, rolling counts, error %, rate, p50/p99 and a two-minute sparkline."""
 
@@ -141,8 +141,6 @@ class BoardScreen(ConsoleScreen):
     ]
     DEFAULT_CSS = """
     BoardScreen #layouts { height: 1fr; }
-    BoardScreen #filter { dock: bottom; display: none; margin-bottom: 1; }
-    BoardScreen #filter.-active { display: block; }
     """
 
     def __init__(self) -> None:
@@ -150,7 +148,6 @@ class BoardScreen(ConsoleScreen):
         self.sort_key = SortKey.NAME
         self.reverse = False
         self.marked: set[str] = set()
-        self.filter_text = ""
         self._order: list[str] = []
         self._sorted_at = float("-inf")
         self._layout_chosen = False
@@ -159,7 +156,7 @@ class BoardScreen(ConsoleScreen):
         with ContentSwitcher(initial="table", id="layouts"):
             yield BreakerTable(id="table")
             yield CardGrid()
-        yield Input(placeholder="filter tools…", id="filter")
+        yield FilterBar("filter tools…")
 
     def on_mount(self) -> None:
         self.query_one(BreakerTable).focus()
@@ -206,10 +203,8 @@ class BoardScreen(ConsoleScreen):
             return sorted(self.marked)
         return [self.selected_tool] if self.selected_tool is not None else []
 
-    def _refresh_now(self) -> None:
-        app = self.console_app
-        self.show(Changes(), app.now, full=True)
-        self.query_one(StatusBar).show(app.status_text())
+    def focus_body(self) -> None:
+        self.query_one(BreakerTable if self._layout == "table" else CardGrid).focus()
 
     # --- actions ---------------------------------------------------------------------------
 
@@ -217,56 +212,33 @@ class BoardScreen(ConsoleScreen):
         keys = list(SortKey)
         self.sort_key = keys[(keys.index(self.sort_key) + 1) % len(keys)]
         self.notify(f"sorted by {self.sort_key}", timeout=1.5)
-        self._refresh_now()
+        self.redraw()
 
     def action_reverse_sort(self) -> None:
         self.reverse = not self.reverse
-        self._refresh_now()
+        self.redraw()
 
     def _switch(self, layout: str) -> None:
-        keep = self.selected_tool if self.is_mounted else None
         self.query_one(ContentSwitcher).current = layout
-        target = self.query_one(BreakerTable) if layout == "table" else self.query_one(CardGrid)
-        target.focus()
-        if keep is not None:
-            self._refresh_now()
+        self.focus_body()
 
     def action_layout(self) -> None:
         self._switch("cards" if self._layout == "table" else "table")
-        self._refresh_now()
+        self.redraw()
 
     def action_mark(self) -> None:
         tool_id = self.selected_tool
         if tool_id is not None:
             self.marked.symmetric_difference_update({tool_id})
-            self._refresh_now()
+            self.redraw()
             self.refresh_bindings()
 
-    def action_filter(self) -> None:
-        field = self.query_one("#filter", Input)
-        field.add_class("-active")
-        field.focus()
-
     def action_clear_filter(self) -> None:
-        field = self.query_one("#filter", Input)
-        if field.has_class("-active") or self.filter_text:
-            field.value = ""
-            field.remove_class("-active")
-            self.filter_text = ""
-            self._refresh_now()
-            self.query_one(BreakerTable if self._layout == "table" else CardGrid).focus()
+        if self.query_one(FilterBar).has_class("-active") or self.filter_text:
+            super().action_clear_filter()
         elif self.marked:
             self.marked.clear()
-            self._refresh_now()
-
-    @on(Input.Changed, "#filter")
-    def _filter_changed(self, event: Input.Changed) -> None:
-        self.filter_text = event.value.strip()
-        self._refresh_now()
-
-    @on(Input.Submitted, "#filter")
-    def _filter_kept(self) -> None:
-        self.query_one(BreakerTable if self._layout == "table" else CardGrid).focus()
+            self.redraw()
 
     @on(BreakerTable.Opened)
     def _open(self, event: BreakerTable.Opened) -> None:

@@ -12,7 +12,6 @@ from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Static
 
-from console import render
 from engine.breaker import BreakerState
 
 EFFECTS = {
@@ -58,7 +57,7 @@ class ConfirmActionModal(ModalScreen[Confirmed | None]):
             yield Static(f"{self.action.capitalize()} {names}?", id="question", markup=False)
             yield Static(
                 Content("\n").join(
-                    Content.assemble(f"  {tool_id}  now ", (render.STATE_WORDS[state], "bold"))
+                    Content.assemble(f"  {tool_id}  now ", (str(state), "bold"))
                     for tool_id, state in self.tools.items()
                 ),
                 id="tools",

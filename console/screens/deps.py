@@ -34,7 +34,8 @@ class DependencyScreen(ConsoleScreen):
         self.following = True
         self.turn_id: str | None = None
         self._shown: tuple[str, int] | None = None
-        self._turn_ids: list[str] = []
+        self._listed: list[tuple[str, str]] | None = None
+        """The (turn, outcome) pairs the turn list shows."""
 
     def compose_body(self) -> ComposeResult:
         yield Static(id="summary")
@@ -46,7 +47,7 @@ class DependencyScreen(ConsoleScreen):
         model = self.console_app.model
         if not (full or changes.turns):
             return
-        self._list_turns()
+        self._list_turns(full)
         current = model.current_turn() if self.following else model.turns.get(self.turn_id or "")
         if current is None:
             self.query_one("#summary", Static).update(
@@ -65,9 +66,12 @@ class DependencyScreen(ConsoleScreen):
         )
         self.query_one("#summary", Static).update(Content.assemble(*turn_label(current), "   ", follow))
 
-    def _list_turns(self) -> None:
+    def _list_turns(self, full: bool) -> None:
         turns = list(reversed(self.console_app.model.turns.values()))
-        ids = [t.turn_id for t in turns]
+        listed = [(t.turn_id, t.outcome) for t in turns]
+        if listed == self._listed and not full:
+            return
+        self._listed = listed
         options = self.query_one("#turns", OptionList)
         highlighted = options.highlighted
         options.set_options(
@@ -81,16 +85,15 @@ class DependencyScreen(ConsoleScreen):
             )
             for t in turns
         )
-        if highlighted is not None and ids:
-            options.highlighted = min(highlighted, len(ids) - 1)
-        self._turn_ids = ids
+        if highlighted is not None and turns:
+            options.highlighted = min(highlighted, len(turns) - 1)
 
     def action_follow(self) -> None:
         self.following = True
-        self.show(Changes(), self.console_app.now, full=True)
+        self.redraw()
 
     @on(OptionList.OptionSelected, "#turns")
     def _pick(self, event: OptionList.OptionSelected) -> None:
         self.following = False
         self.turn_id = event.option.id
-        self.show(Changes(), self.console_app.now, full=True)
+        self.redraw()

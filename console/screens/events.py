@@ -5,13 +5,12 @@ from __future__ import annotations
 from datetime import datetime
 
 from rich.text import Text
-from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.widgets import Input, RichLog
+from textual.widgets import RichLog
 
 from console.model import Changes, EventRow
-from console.screens.base import ConsoleScreen
+from console.screens.base import FilterBar, FilteredScreen
 
 MAX_LINES = 5_000
 MAX_PER_FLUSH = 300
@@ -28,7 +27,7 @@ def event_line(row: EventRow) -> Text:
     return line
 
 
-class EventLogScreen(ConsoleScreen):
+class EventLogScreen(FilteredScreen):
     """``/`` filters by text (event type, tool, message); ``p`` pauses the whole console."""
 
     BINDINGS = [
@@ -36,19 +35,16 @@ class EventLogScreen(ConsoleScreen):
         Binding("escape", "clear_filter", "Clear filter", show=False),
     ]
     DEFAULT_CSS = """
-    EventLogScreen #filter { dock: bottom; display: none; margin-bottom: 1; }
-    EventLogScreen #filter.-active { display: block; }
     EventLogScreen RichLog { height: 1fr; background: $surface; }
     """
 
     def __init__(self) -> None:
         super().__init__()
-        self.filter_text = ""
         self._last_seq = 0
 
     def compose_body(self) -> ComposeResult:
         yield RichLog(id="log", max_lines=MAX_LINES, wrap=False, markup=False, auto_scroll=True)
-        yield Input(placeholder="filter events…", id="filter")
+        yield FilterBar("filter events…")
 
     def show(self, changes: Changes, now: float, *, full: bool = False) -> None:
         log = self.query_one(RichLog)
@@ -58,33 +54,13 @@ class EventLogScreen(ConsoleScreen):
             self._last_seq = 0
         elif not changes.events:
             return
-        rows = model.event_rows(self.filter_text, since=self._last_seq)
+        total, rows = model.newest_event_rows(self.filter_text, since=self._last_seq, limit=MAX_PER_FLUSH)
         self._last_seq = model.seen
-        if len(rows) > MAX_PER_FLUSH:  # faster than anyone reads: show the newest, say so
-            skipped = len(rows) - MAX_PER_FLUSH
+        if total > len(rows):  # faster than anyone reads: show the newest, say so
+            skipped = total - len(rows)
             log.write(Text(f"… {skipped:,} events not shown (p pauses, / filters)", style="dim italic"))
-            rows = rows[-MAX_PER_FLUSH:]
         for row in rows:
             log.write(event_line(row))
 
-    def action_filter(self) -> None:
-        field = self.query_one("#filter", Input)
-        field.add_class("-active")
-        field.focus()
-
-    def action_clear_filter(self) -> None:
-        field = self.query_one("#filter", Input)
-        field.value = ""
-        field.remove_class("-active")
-        self.filter_text = ""
-        self.show(Changes(), self.console_app.now, full=True)
-        self.query_one(RichLog).focus()
-
-    @on(Input.Changed, "#filter")
-    def _filter_changed(self, event: Input.Changed) -> None:
-        self.filter_text = event.value.strip()
-        self.show(Changes(), self.console_app.now, full=True)
-
-    @on(Input.Submitted, "#filter")
-    def _filter_kept(self) -> None:
+    def focus_body(self) -> None:
         self.query_one(RichLog).focus()

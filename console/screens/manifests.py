@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.content import Content
@@ -12,10 +10,6 @@ from textual.widgets import DataTable, Static
 from console import render
 from console.model import Changes
 from console.screens.base import ConsoleScreen
-
-
-def _clock(at: float) -> str:
-    return datetime.fromtimestamp(at).strftime("%H:%M:%S") if at else "—"
 
 
 class ManifestScreen(ConsoleScreen):
@@ -64,7 +58,8 @@ class ManifestScreen(ConsoleScreen):
             table.add_row(
                 tool_id, f"v{m.version}", render.short_digest(m.digest),
                 render.duration(m.content.get("timeout_ms")), str(retry.get("max_attempts", "—")),
-                str(m.failure_threshold or "—"), _clock(m.loaded_at), m.path, key=tool_id,
+                str(m.failure_threshold or "—"), render.clock(m.loaded_at) if m.loaded_at else "—", m.path,
+                key=tool_id,
             )  # fmt: skip
         rejected = self.query_one("#rejected", Static)
         if model.rejected:
@@ -81,7 +76,7 @@ class ManifestScreen(ConsoleScreen):
         for change in reversed(model.manifest_changes):
             what = change.what if not change.errors else f"rejected ({len(change.errors)} error(s))"
             log.add_row(
-                _clock(change.at), what, change.tool_id or "—",
+                render.clock(change.at) if change.at else "—", what, change.tool_id or "—",
                 f"v{change.version}" if change.version is not None else "—",
                 render.short_digest(change.digest), change.path,
             )  # fmt: skip

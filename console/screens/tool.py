@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Any
 
 from textual.app import ComposeResult
@@ -13,7 +12,7 @@ from textual.content import Content
 from textual.widgets import DataTable, Static
 
 from console import render
-from console.model import Changes, InFlight, ManifestView, ToolView
+from console.model import CallTimeline, Changes, InFlight, ManifestView, ToolView
 from console.screens.base import ConsoleScreen
 from console.widgets.timeline import RetryTimeline
 
@@ -53,7 +52,7 @@ def in_flight_lines(in_flight: Mapping[Any, InFlight], now: float) -> list[Conte
     for f in sorted(in_flight.values(), key=lambda f: f.deadline):
         total = max(f.deadline - f.started, 1e-9)
         left = max(f.deadline - now, 0.0)
-        where = f"{f.turn_id.rsplit('/', 1)[-1]}/{f.call_id}" if f.turn_id else f.call_id
+        where = render.call_where(f.turn_id, f.call_id)
         probe = " probe" if f.probe else ""
         style = "$error" if left < total * 0.2 else "$warning" if left < total * 0.5 else "$success"
         lines.append(
@@ -64,10 +63,6 @@ def in_flight_lines(in_flight: Mapping[Any, InFlight], now: float) -> list[Conte
             )
         )
     return lines
-
-
-def _clock(at: float) -> str:
-    return datetime.fromtimestamp(at).strftime("%H:%M:%S")
 
 
 class ToolScreen(ConsoleScreen):
@@ -88,6 +83,7 @@ class ToolScreen(ConsoleScreen):
         super().__init__()
         self.tool_id = tool_id
         self._shown_version = -1
+        self._timelines: tuple[ToolView, int, list[CallTimeline]] | None = None
 
     def compose_body(self) -> ComposeResult:
         yield Static(id="headline")
@@ -121,25 +117,28 @@ class ToolScreen(ConsoleScreen):
         self.query_one("#in-flight", Static).update(Content("\n").join(in_flight_lines(view.in_flight, now)))
         if not full and view.version == self._shown_version:
             if view.in_flight:  # running calls grow along the time axis
-                self.query_one(RetryTimeline).show(view.timelines(), now)
+                self.query_one(RetryTimeline).show(self._calls(view), now)
             return
         self._shown_version = view.version
-        self.query_one(RetryTimeline).show(view.timelines(), now)
+        self.query_one(RetryTimeline).show(self._calls(view), now)
         self.query_one("#policy", Static).update("\n".join(policy_lines(view.manifest)))
         self._errors(view)
         self._history(view)
 
+    def _calls(self, view: ToolView) -> list[CallTimeline]:
+        """The tool's retry timeline, built again only when the tool changed, not as time passes."""
+        built = self._timelines
+        if built is None or built[0] is not view or built[1] != view.version:
+            built = self._timelines = (view, view.version, view.timelines())
+        return built[2]
+
     def _headline(self, view: ToolView, now: float) -> Content:
         row = view.row(now)
-        state_style = {
-            "closed": "$success", "open": "bold $error", "half-open": "bold $warning",
-            "forced-open": "bold reverse $error", "disabled": "$foreground-muted",
-        }[render.STATE_CLASS[row.state]]  # fmt: skip
         threshold = f"/{row.failure_threshold}" if row.failure_threshold else ""
         parts: list[str | tuple[str, str]] = [
             (self.tool_id, "bold"),
             "  ",
-            (f"{render.STATE_GLYPH[row.state]} {render.STATE_WORDS[row.state]}", state_style),
+            (render.state_label(row.state), render.STATE_STYLE[row.state]),
             f"   fails {row.consecutive_failures}{threshold}",
         ]
         if row.half_open_at is not None:
@@ -157,13 +156,13 @@ class ToolScreen(ConsoleScreen):
         table = self.query_one("#errors", DataTable)
         table.clear()
         for e in reversed(view.errors):
-            where = f"{e.turn_id.rsplit('/', 1)[-1]}/{e.call_id}" if e.turn_id else e.call_id
+            where = render.call_where(e.turn_id, e.call_id)
             status = f" {e.status_code}" if e.status_code else ""
             kind = f"{e.kind}{status} ({e.error_class})"
-            table.add_row(_clock(e.at), where, str(e.attempt), kind, e.decision, e.reason)
+            table.add_row(render.clock(e.at), where, str(e.attempt), kind, e.decision, e.reason)
 
     def _history(self, view: ToolView) -> None:
         table = self.query_one("#history", DataTable)
         table.clear()
         for tr in reversed(view.history):
-            table.add_row(_clock(tr.at), str(tr.from_state), str(tr.to_state), tr.actor, tr.reason)
+            table.add_row(render.clock(tr.at), str(tr.from_state), str(tr.to_state), tr.actor, tr.reason)

@@ -58,7 +58,7 @@ class BreakerCard(Static):
             self.set_class(state_class == render.STATE_CLASS[row.state], f"-{state_class}")
         self.set_class(selected, "-selected")
         self.set_class(marked, "-marked")
-        subtitle = f"{render.STATE_GLYPH[row.state]} {render.STATE_WORDS[row.state]}"
+        subtitle = render.state_label(row.state)
         self.border_subtitle = f"{subtitle} · half-open {half_open}" if half_open else subtitle
         w = row.window
         threshold = f"/{row.failure_threshold}" if row.failure_threshold else ""

@@ -8,7 +8,7 @@ what the 40 visible ones do.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rich.cells import cell_len
@@ -52,6 +52,14 @@ COLUMNS: tuple[Column, ...] = (
     Column("p99", "P99", 8, True, 2),
     Column("spark", "CALLS, LAST 2 MIN", 0, False, 6),
 )
+_COUNTS = {
+    "ok": "successes",
+    "failed": "failures",
+    "timeout": "timeout_count",
+    "rejected": "rejections",
+    "skipped": "skipped",
+}
+"""The columns that show a rolling count: the ``Counts`` field each shows."""
 SPARK_MIN = 10
 SPARK_MAX = 60
 
@@ -283,23 +291,13 @@ class BreakerTable(ScrollView, can_focus=True):
     def _cell(
         self, key: str, row: BoardRow, half_open: str, marked: bool, size: int, base: Style, muted: Style
     ) -> tuple[str, Style]:
-        window = row.window
-        numbers: dict[str, Callable[[], int]] = {
-            "ok": lambda: window.successes,
-            "failed": lambda: window.failures,
-            "timeout": lambda: window.timeout_count,
-            "rejected": lambda: window.rejections,
-            "skipped": lambda: window.skipped,
-        }
         if key == "mark":
             return ("✓" if marked else ""), base + self._style("mark")
         if key == "tool":
             return render.middle_truncate(row.tool_id, size), base
         if key == "state":
             state = row.state
-            return f"{render.STATE_GLYPH[state]} {render.STATE_WORDS[state]}", base + self._style(
-                render.STATE_CLASS[state]
-            )
+            return render.state_label(state), base + self._style(render.STATE_CLASS[state])
         if key == "fails":
             threshold = row.failure_threshold
             text = f"{row.consecutive_failures}/{threshold}" if threshold else str(row.consecutive_failures)
@@ -314,8 +312,9 @@ class BreakerTable(ScrollView, can_focus=True):
             return render.percent(row.error_percent), style
         if key == "rate":
             return render.rate(row.rate), base
-        if key in numbers:
-            value = numbers[key]()
+        counted = _COUNTS.get(key)
+        if counted is not None:
+            value: int = getattr(row.window, counted)
             return (render.count(value) if value else "·"), (base if value else muted)
         if key == "p50":
             return render.duration(row.p50_ms), base

@@ -51,7 +51,7 @@ def timeline_lines(calls: Sequence[CallTimeline], now: float, width: int) -> lis
                 cells[i] = ("█", _ATTEMPT_STYLE.get(attempt.outcome, ""))
             gap_from = last + 1
         mark, mark_style = _OUTCOME_MARK.get(call.outcome, ("?", ""))
-        where = f"{call.turn_id.rsplit('/', 1)[-1]}/{call.call_id}" if call.turn_id else call.call_id
+        where = render.call_where(call.turn_id, call.call_id)
         attempts = len(call.attempts)
         summary = f"{attempts} att · {render.duration((end - call.start) * 1000)}"
         if call.attempts and call.attempts[-1].kind and call.outcome not in ("succeeded", "running"):

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from rich.text import Text
+from collections.abc import Mapping
+
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
@@ -70,33 +71,34 @@ class TurnGraph(Tree[str]):
         self.show_root = True
 
     def show(self, turn: TurnView) -> None:
+        variables = self.app.get_css_variables()  # costly: once per redraw, not once per label
         root = self.root
         if root.data == turn.turn_id and [c.data for c in root.children] == [n.call_id for n in turn.roots()]:
-            self._relabel(root, turn)
-            root.set_label(self._text(turn_label(turn)))
+            self._relabel(root, turn, variables)
+            root.set_label(rich_text(turn_label(turn), variables))
             return
         self.clear()  # a new root: expansion and cursor start over
         root = self.root
         root.data = turn.turn_id
-        root.set_label(self._text(turn_label(turn)))
+        root.set_label(rich_text(turn_label(turn), variables))
         for node in turn.roots():
-            self._add(root, node, turn, ())
+            self._add(root, node, turn, (), variables)
         root.expand_all()
 
-    def _add(self, parent: TreeNode[str], node: CallNode, turn: TurnView, path: tuple[str, ...]) -> None:
-        branch = parent.add(self._text(call_label(node)), data=node.call_id, expand=True)
+    def _add(
+        self, parent: TreeNode[str], node: CallNode, turn: TurnView, path: tuple[str, ...],
+        variables: Mapping[str, str],
+    ) -> None:  # fmt: skip
+        branch = parent.add(rich_text(call_label(node), variables), data=node.call_id, expand=True)
         for dependant in turn.dependants(node.call_id):
             if dependant.call_id not in path:
-                self._add(branch, dependant, turn, (*path, node.call_id))
+                self._add(branch, dependant, turn, (*path, node.call_id), variables)
         if not branch.children:
             branch.allow_expand = False
 
-    def _relabel(self, parent: TreeNode[str], turn: TurnView) -> None:
+    def _relabel(self, parent: TreeNode[str], turn: TurnView, variables: Mapping[str, str]) -> None:
         for child in parent.children:
             node = turn.calls.get(child.data or "")
             if node is not None:
-                child.set_label(self._text(call_label(node)))
-            self._relabel(child, turn)
-
-    def _text(self, parts: Parts) -> Text:
-        return rich_text(parts, self.app.get_css_variables())
+                child.set_label(rich_text(call_label(node), variables))
+            self._relabel(child, turn, variables)
