@@ -26,7 +26,7 @@ from textual.screen import Screen
 
 from console import render
 from console.bridge import DEFAULT_CAPACITY, EventBridge
-from console.host import Action, EngineLink
+from console.host import Action, EngineHost, EngineLink
 from console.model import Changes, ConsoleModel
 from console.replay import ReplaySession, range_source, turn_source
 from console.screens.base import ConsoleScreen, StatusBar
@@ -238,6 +238,8 @@ class ConsoleApp(App[None]):
         parts.append(f"{self._rate[2]:,.0f} ev/s")
         if self.bridge.dropped:
             parts.append((f" · dropped {self.bridge.dropped:,}", "bold $error"))
+        if isinstance(self.link, EngineHost) and (unsaved := self.link.not_persisted()):
+            parts.append((f" · {unsaved:,} turns not persisted", "bold $error"))
         if self.link.read_only:
             parts.append((" · read-only", "$accent"))
         if self.link.description:

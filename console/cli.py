@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
+import os
 import shlex
 import signal
 import sys
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from rich.console import Console
 
-from engine.config import ConfigError, one_line
+from engine.config import ConfigError
+from engine.errors import one_line
 
 if TYPE_CHECKING:
     from anyio import CancelScope
@@ -21,10 +25,19 @@ if TYPE_CHECKING:
 
     from console.host import Workload
     from engine.engine import Engine
-    from engine.store import TraceStore
+    from engine.store import RetentionPolicy, TraceStore
 
 PACKAGE = Path(__file__).resolve().parent
 DEFAULT_TRACES = Path("traces/traces.db")
+PIPE_CLOSED = 141
+"""Exit status when the reader of stdout has gone (``tripwire traces list | head -1``): 128 + SIGPIPE,
+what a shell reports for git or cat there; nothing is printed about it."""
+LIMIT_MAX = 10_000
+"""Turns per page of ``traces list``."""
+KEEP_MAX = 1_000_000_000
+POLL_MS_MAX = 60_000.0
+TOLERANCE_MS_MAX = 60_000.0
+REFRESH_HZ = (1.0, 30.0)
 
 
 def bundled_manifests() -> Path:
@@ -35,8 +48,15 @@ def bundled_manifests() -> Path:
     return Path("manifests")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors on one line like every other: ``tripwire: <problem> (see --help)``."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"tripwire: {one_line(message)} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="tripwire",
         description="Tool-call resilience engine and operations console for AI agents.",
     )
@@ -69,8 +89,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DB",
         help="watch the engine recording into this trace store (tripwire serve) instead of running one",
     )
+    _retention_options(live)
     live.add_argument("--read-only", action="store_true", help="watch only: no trip, reset or disable")
-    live.add_argument("--refresh-hz", type=float, default=10.0, help="redraws per second (1–30, default 10)")
+    live.add_argument(
+        "--refresh-hz", type=float, default=10.0, help="redraws per second (1 to 30, default 10)"
+    )
 
     demo = commands.add_parser(
         "demo",
@@ -90,8 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _engine_options(serve, recording="record in and take operator commands from", optional=False)
     _workload_options(serve)
+    _retention_options(serve)
     serve.add_argument(
-        "--poll-ms", type=float, default=200.0, help="how often to look for operator commands (default 200)"
+        "--poll-ms",
+        type=float,
+        default=200.0,
+        help=f"ms between looks for operator commands (above 0, up to {POLL_MS_MAX:,.0f}; default 200)",
     )
 
     traces = commands.add_parser("traces", help="browse, export and prune stored turns")
@@ -99,12 +126,14 @@ def build_parser() -> argparse.ArgumentParser:
     listing = actions.add_parser("list", help="list stored turns, newest first")
     _traces_option(listing)
     listing.add_argument(
-        "--outcome", choices=("ok", "degraded", "failed", "timed_out", "canceled", "running")
+        "--outcome", choices=("ok", "degraded", "failed", "timed_out", "canceled", "interrupted", "running")
     )
     listing.add_argument("--tool", help="only turns that called this tool")
     listing.add_argument("--since", help="started at or after: 2h, 30m, 7d ago, or an ISO time")
     listing.add_argument("--until", help="started before: 2h, 30m, 7d ago, or an ISO time")
-    listing.add_argument("--limit", type=int, default=20, help="turns per page (default 20)")
+    listing.add_argument(
+        "--limit", type=int, default=20, help=f"turns per page (1 to {LIMIT_MAX:,}, default 20)"
+    )
     listing.add_argument("--cursor", help="the next page, as printed after a page")
     listing.add_argument("--json", action="store_true", help="print JSON")
     show = actions.add_parser("show", help="one turn with every event")
@@ -116,17 +145,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="a turn or a time range as JSON Lines",
         description="Write events as JSON Lines, one event per line. A time range holds the turns that"
         " started in it, each whole, and the events outside turns (operator actions, breaker timers,"
-        " manifest loads) that happened in it.",
+        " manifest loads) that happened in it. A file (-o) is written whole or not at all, owner-only;"
+        " an existing one is replaced only with --force, and the trace store itself never.",
     )
     export.add_argument("turn_id", nargs="?", help="one turn (default: every event in the range)")
     _traces_option(export)
     export.add_argument("--since", help="from: 2h, 30m, 7d ago, or an ISO time")
     export.add_argument("--until", help="to (excluded): 2h, 30m, 7d ago, or an ISO time")
     export.add_argument("-o", "--output", type=Path, help="file to write (default: stdout)")
+    export.add_argument("--force", action="store_true", help="replace the -o file if it exists")
     prune = actions.add_parser("prune", help="remove old turns")
     _traces_option(prune)
     prune.add_argument("--older-than", help="remove turns started longer ago than this (e.g. 7d)")
-    prune.add_argument("--keep", type=int, help="keep only the newest N turns")
+    prune.add_argument("--keep", type=int, metavar="N", help="keep only the newest N turns (N at least 1)")
     prune.add_argument("--json", action="store_true", help="print JSON")
 
     replay = commands.add_parser(
@@ -138,6 +169,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     replay.add_argument("turn_id")
     _traces_option(replay)
+    replay.add_argument(
+        "--tolerance-ms",
+        type=float,
+        default=50.0,
+        metavar="MS",
+        help="how far a replayed time may be from the recorded one (0 to 60,000; default 50)",
+    )
     replay.add_argument("--json", action="store_true", help="print JSON")
     return parser
 
@@ -169,6 +207,20 @@ def _engine_options(
         parser.add_argument("--no-record", action="store_true", help="do not record the turns")
 
 
+def _retention_options(parser: argparse.ArgumentParser) -> None:
+    """What a long-running recorder keeps: old turns are removed in the background, a few at a time."""
+    parser.add_argument(
+        "--retention-age",
+        metavar="AGE",
+        help="remove turns older than this, e.g. 7d or 12h, or off (default 7d)",
+    )
+    parser.add_argument(
+        "--retention-size",
+        metavar="SIZE",
+        help="keep the store's data under this, e.g. 1GiB or 500MB, or off (default 1GiB)",
+    )
+
+
 def _workload_options(parser: argparse.ArgumentParser) -> argparse._MutuallyExclusiveGroup:
     """--scenario or --workload: what drives a live engine."""
     source = parser.add_mutually_exclusive_group()
@@ -187,15 +239,41 @@ def _traces_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+class _PipeConsole(Console):
+    """Rich exits with status 1 when stdout's reader has gone; raising lets main() end every command alike."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError(errno.EPIPE, "the reader of stdout has gone")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """The ``tripwire`` command; its exit status: 0, 1 for a replay that differs, 2 for bad input,
+    130 on Ctrl-C, ``PIPE_CLOSED`` when the reader of stdout has gone."""
+    try:
+        try:
+            return _main(argv)
+        finally:
+            if sys.stdout is not None:
+                sys.stdout.flush()  # a reader that has gone is found here, not at the interpreter's exit
+    except BrokenPipeError:
+        return _stdout_gone()
+    except BaseExceptionGroup as group:  # printed from inside a task group (a turn's report)
+        if not _only_broken_pipes(group):
+            raise
+        return _stdout_gone()
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
-    console = Console()
+    console = _PipeConsole()
     command = args.command or "console"
     try:
         # Imported here: keeps --help fast.
         from engine.store import TraceStoreError
 
         try:
+            _check_numbers(args)
             return _dispatch(command, args, console)
         except TraceStoreError as error:
             print(f"tripwire: {error}", file=sys.stderr)
@@ -204,10 +282,76 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"tripwire: {error}", file=sys.stderr)  # one line, never wrapped
         return 2
     except _usage_errors() as error:
-        print(f"tripwire: {error}", file=sys.stderr)
+        print(f"tripwire: {one_line(str(error))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def _only_broken_pipes(error: BaseException) -> bool:
+    if isinstance(error, BaseExceptionGroup):
+        return all(_only_broken_pipes(e) for e in error.exceptions)
+    return isinstance(error, BrokenPipeError)
+
+
+def _stdout_gone() -> int:
+    """Quietly, as ``git log | head`` does: what is still buffered goes to /dev/null, not to a traceback."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    return PIPE_CLOSED
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    """Every numeric option in its range, before anything is opened or started."""
+    from console.traces import UsageError
+
+    limit: int | None = getattr(args, "limit", None)
+    if limit is not None and not 1 <= limit <= LIMIT_MAX:
+        raise UsageError(f"--limit must be from 1 to {LIMIT_MAX}, got {limit}")
+    keep: int | None = getattr(args, "keep", None)
+    if keep is not None and keep < 1:
+        raise UsageError(
+            f"--keep must be at least 1, got {keep}: it is how many of the newest turns stay"
+            " (to remove every turn, delete the store file)"
+        )
+    if keep is not None and keep > KEEP_MAX:
+        raise UsageError(f"--keep must be at most {KEEP_MAX}, got {keep}")
+    low, high = REFRESH_HZ
+    refresh_hz: float | None = getattr(args, "refresh_hz", None)
+    if refresh_hz is not None and not low <= refresh_hz <= high:
+        raise UsageError(f"--refresh-hz must be from {low:g} to {high:g}, got {refresh_hz:g}")
+    _retention(args)  # a bad age or size is refused before anything is opened
+    tolerance_ms: float | None = getattr(args, "tolerance_ms", None)
+    if tolerance_ms is not None and not 0 <= tolerance_ms <= TOLERANCE_MS_MAX:
+        raise UsageError(f"--tolerance-ms must be from 0 to {TOLERANCE_MS_MAX:g}, got {tolerance_ms:g}")
+    poll_ms: float | None = getattr(args, "poll_ms", None)
+    if poll_ms is not None and not poll_ms > 0:
+        raise UsageError(f"--poll-ms must be positive, got {poll_ms:g}")
+    if poll_ms is not None and not poll_ms <= POLL_MS_MAX:
+        raise UsageError(f"--poll-ms must be at most {POLL_MS_MAX:g}, got {poll_ms:g}")
+
+
+def terminal_problem() -> str | None:
+    """Why the full-screen console cannot run here, or None: it reads keys and draws a screen."""
+    for name, stream in (("stdin", sys.stdin), ("stdout", sys.stdout), ("stderr", sys.stderr)):
+        try:
+            if stream is None or not stream.isatty():
+                return f"{name} is not a TTY"
+        except ValueError:  # closed
+            return f"{name} is closed"
+    if os.environ.get("TERM") == "dumb":
+        return "TERM=dumb"
+    return None
+
+
+def _need_terminal() -> None:
+    """Without a terminal the screen would go to a file or nowhere, for as long as the console ran."""
+    from console.traces import UsageError
+
+    if (problem := terminal_problem()) is not None:
+        raise UsageError(f"the console needs a terminal ({problem}); try `tripwire demo` or `tripwire serve`")
 
 
 def _usage_errors() -> tuple[type[Exception], ...]:
@@ -215,6 +359,19 @@ def _usage_errors() -> tuple[type[Exception], ...]:
     from console.traces import UsageError
 
     return UsageError, WorkloadError
+
+
+def _retention(args: argparse.Namespace) -> RetentionPolicy:
+    """The retention policy the flags ask for (the defaults when they ask for nothing)."""
+    from console.traces import UsageError
+    from engine.store import RetentionPolicy
+
+    try:
+        return RetentionPolicy.parse(
+            getattr(args, "retention_age", None), getattr(args, "retention_size", None)
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _console(args: argparse.Namespace) -> int:
@@ -228,6 +385,7 @@ def _console(args: argparse.Namespace) -> int:
     scenario = getattr(args, "scenario", None)
     if scenario is None and workload is None:
         scenario = manifests / "demo" / "live.yaml"
+    _need_terminal()  # before the engine starts and the store is created
     no_record = getattr(args, "no_record", False)
     options = LiveOptions(
         manifests=manifests,
@@ -236,6 +394,7 @@ def _console(args: argparse.Namespace) -> int:
         workload=workload,
         read_only=getattr(args, "read_only", False),
         refresh_hz=getattr(args, "refresh_hz", 10.0),
+        retention=_retention(args),
     )
     build_live_app(options).run()
     return 0
@@ -247,7 +406,12 @@ def _attached_console(args: argparse.Namespace, attach: Path) -> int:
 
     given = [
         flag
-        for flag, value in (("--traces", args.traces), ("--manifests", args.manifests))
+        for flag, value in (
+            ("--traces", args.traces),
+            ("--manifests", args.manifests),
+            ("--retention-age", args.retention_age),
+            ("--retention-size", args.retention_size),
+        )
         if value is not None
     ] + (["--no-record"] if args.no_record else [])
     if given:
@@ -255,7 +419,14 @@ def _attached_console(args: argparse.Namespace, attach: Path) -> int:
             f"--attach {attach}: {' and '.join(given)} cannot be used with it: an attached console records"
             " nothing and the engine reads its own manifests"
         )
-    build_attached_app(attach, read_only=args.read_only, refresh_hz=args.refresh_hz).run()
+    # Opening the store (read-only, nothing started) first: a wrong path is the problem to report.
+    app = build_attached_app(attach, read_only=args.read_only, refresh_hz=args.refresh_hz)
+    try:
+        _need_terminal()
+    except BaseException:
+        app.link.close()
+        raise
+    app.run()
     return 0
 
 
@@ -264,11 +435,8 @@ def _serve(args: argparse.Namespace) -> int:
     import anyio
 
     from console.host import driven_engine
-    from console.traces import UsageError
     from engine.store import TraceRecorder, TraceStore
 
-    if not args.poll_ms > 0:
-        raise UsageError(f"--poll-ms must be positive, got {args.poll_ms:g}")
     manifests = args.manifests or bundled_manifests()
     scenario = args.scenario or manifests / "demo" / "live.yaml"
     engine, workload, _ = driven_engine(manifests, scenario=scenario, workload=args.workload, record=True)
@@ -276,7 +444,7 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         with TraceStore(args.traces) as store:
             # Batches: the engine never waits for the disk; attached consoles read what is committed.
-            recorder = TraceRecorder(store, durability="batch").attach(engine)
+            recorder = TraceRecorder(store, durability="batch", retention=_retention(args)).attach(engine)
             try:
                 recorder.flush()  # the manifests in force are stored before anyone is told to attach
                 service = partial(_run_service, engine, store, workload, args.traces, args.poll_ms / 1000)
@@ -348,7 +516,10 @@ def _dispatch(command: str, args: argparse.Namespace, console: Console) -> int:
             traces=record,
         )
     if command == "replay":
-        return t.replay_command(args.traces, args.turn_id, console, as_json=args.json)
+        tolerance_s = args.tolerance_ms / 1000.0
+        return t.replay_command(
+            args.traces, args.turn_id, console, as_json=args.json, tolerance_s=tolerance_s
+        )
     if args.action == "list":
         return t.list_command(
             args.traces, console, limit=args.limit, cursor=args.cursor, outcome=args.outcome, tool=args.tool,
@@ -357,7 +528,9 @@ def _dispatch(command: str, args: argparse.Namespace, console: Console) -> int:
     if args.action == "show":
         return t.show_command(args.traces, args.turn_id, console, as_json=args.json)
     if args.action == "export":
-        return t.export_command(args.traces, args.turn_id, args.output, since=args.since, until=args.until)
+        return t.export_command(
+            args.traces, args.turn_id, args.output, since=args.since, until=args.until, force=args.force
+        )
     return t.prune_command(
         args.traces, console, older_than=args.older_than, keep=args.keep, as_json=args.json
     )

@@ -158,7 +158,13 @@ class EngineHost:
     def problem(self) -> str | None:
         return self._problem
 
+    def not_persisted(self) -> int:
+        """Turns finished that are not in the trace store: held while it refuses writes, or lost."""
+        return self.recorder.stats.not_persisted if self.recorder is not None else 0
+
     def close(self) -> None:
+        """Stop the engine (its turns in flight end ``interrupted``), then write what the recorder
+        holds: the turns' last events are recorded before the recorder closes."""
         if self._main is not None:
             self._main.cancel()
         if self._portal_cm is not None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from console.app import ConsoleApp
 from console.host import EngineHost, driven_engine
-from engine.store import TraceRecorder, TraceStore
+from engine.store import RetentionPolicy, TraceRecorder, TraceStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +23,8 @@ class LiveOptions:
     refresh_hz: float = 10.0
     passes: int | None = None
     """How many times to play the scenario (forever by default)."""
+    retention: RetentionPolicy | None = None
+    """What the store keeps while the console records (the defaults: 7 days, 1 GiB)."""
 
 
 def build_live_app(options: LiveOptions) -> ConsoleApp:
@@ -39,7 +41,8 @@ def build_live_app(options: LiveOptions) -> ConsoleApp:
     if options.traces is not None:
         store = TraceStore(options.traces)
         # Batches: the engine never waits for the disk; the console reads what is committed.
-        recorder = TraceRecorder(store, durability="batch").attach(engine)
+        retention = options.retention if options.retention is not None else RetentionPolicy()
+        recorder = TraceRecorder(store, durability="batch", retention=retention).attach(engine)
     parts = [what, f"{options.manifests}/"]
     if options.traces is not None:
         parts.append(f"recording {options.traces}")

@@ -32,6 +32,7 @@ from engine.events import (
     DefaultUsed,
     Event,
     ManifestLoaded,
+    ManifestRefused,
     ManifestRejected,
     ManifestRemoved,
     StreamEnded,
@@ -40,6 +41,7 @@ from engine.events import (
     TurnCanceled,
     TurnDeadlineExceeded,
     TurnFinished,
+    TurnInterrupted,
     TurnStarted,
 )
 from engine.kinds import ErrorClass, ErrorKind
@@ -296,7 +298,7 @@ def build_timelines(events: Iterable[Event], limit: int = RECENT_CALLS) -> list[
                 attempt.end, attempt.outcome = t, "ok" if outcome in ("succeeded", "partial") else "cut"
 
     for e in events:
-        if isinstance(e, TurnDeadlineExceeded | TurnCanceled):
+        if isinstance(e, TurnDeadlineExceeded | TurnCanceled | TurnInterrupted):
             for call_id in e.unfinished:
                 timeline = calls.get((e.turn_id, call_id))
                 if timeline is not None and timeline.end is None:
@@ -403,7 +405,7 @@ def _nodes(event: TurnStarted) -> dict[str, CallNode]:
 class ManifestChange:
     at: float
     what: str
-    """loaded, reloaded, removed or rejected."""
+    """loaded, reloaded, removed, rejected or refused."""
     tool_id: str | None
     path: str
     version: int | None
@@ -427,9 +429,11 @@ class EventRow:
 _SEVERITY: dict[str, str] = {
     "CallFailed": "error", "BreakerOpened": "error", "BreakerTripped": "error",
     "ManifestRejected": "error", "TurnDeadlineExceeded": "error", "HandlerFailed": "error",
+    "ManifestRefused": "warning",
     "ToolError": "warning", "ToolTimeout": "warning", "CallRejected": "warning",
     "CallSkipped": "warning", "CallEscalated": "warning", "BreakerHalfOpened": "warning",
     "AlternativeUsed": "warning", "DefaultUsed": "warning", "TurnCanceled": "warning",
+    "TurnInterrupted": "warning",
     "BreakerDisabled": "warning", "ManifestRemoved": "warning",
     "CallSucceeded": "success", "BreakerClosed": "success", "BreakerReset": "success",
 }  # fmt: skip
@@ -733,7 +737,7 @@ def _turn_started(m: ConsoleModel, e: TurnStarted, c: Changes) -> None:
 
 
 def _turn_cut(status: str, reason: str) -> Callable[[ConsoleModel, Any, Changes], None]:
-    def handle(m: ConsoleModel, e: TurnDeadlineExceeded | TurnCanceled, c: Changes) -> None:
+    def handle(m: ConsoleModel, e: TurnDeadlineExceeded | TurnCanceled | TurnInterrupted, c: Changes) -> None:
         turn = m.turns.get(e.turn_id)
         for call_id in e.unfinished:
             node = turn.calls.get(call_id) if turn is not None else None
@@ -791,6 +795,15 @@ def _manifest_rejected(m: ConsoleModel, e: ManifestRejected, c: Changes) -> None
     c.manifests = True
 
 
+def _manifest_refused(m: ConsoleModel, e: ManifestRefused, c: Changes) -> None:
+    """Refused unread (a FIFO, too large, a broken symlink): shown with the rejected files."""
+    change = ManifestChange(e.at, "refused", None, e.path, None, e.kept_digest, (e.reason,))
+    m.manifest_changes.append(change)
+    m.manifest_change_count += 1
+    m.rejected[e.path] = change
+    c.manifests = True
+
+
 def _manifest_removed(m: ConsoleModel, e: ManifestRemoved, c: Changes) -> None:
     m.manifest_version = max(m.manifest_version, e.version)
     m.manifest_changes.append(ManifestChange(e.at, "removed", e.tool_id, e.path, e.version, None))
@@ -825,9 +838,11 @@ _HANDLERS: dict[type[Event], Callable[[ConsoleModel, Any, Changes], None]] = {
     TurnStarted: _turn_started,
     TurnDeadlineExceeded: _turn_cut("timed_out", "cut off by the turn's deadline"),
     TurnCanceled: _turn_cut("canceled", "the turn was stopped"),
+    TurnInterrupted: _turn_cut("interrupted", "the engine stopped mid-turn"),
     TurnFinished: _turn_finished,
     ManifestLoaded: _manifest_loaded,
     ManifestRejected: _manifest_rejected,
+    ManifestRefused: _manifest_refused,
     ManifestRemoved: _manifest_removed,
 }
 for _cls in BreakerTransitioned.__subclasses__():

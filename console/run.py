@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from console.tables import Column, TableColumn, aligned_rows, fitted_tables, headed_lines
 from engine.clock import VirtualWallClock
 from engine.demo import demo_engine
 from engine.engine import Engine
@@ -37,28 +38,25 @@ STATUS_STYLE = {
 }
 
 
-def turn_table(result: TurnResult, offset_s: float) -> Table:
-    table = Table(
-        title=f"[bold]{result.turn_id}[/]  +{offset_s:.3f}s  {result.summary}",
-        title_justify="left",
-        expand=False,
-    )
-    for column in ("call", "tool", "outcome", "attempts", "reason"):
-        table.add_column(column, overflow="fold")
+def turn_lines(console: Console, result: TurnResult, offset_s: float) -> list[Text]:
+    """A turn's heading and calls, a line each, ids never wrapped (print with ``soft_wrap=True``)."""
+    heading = Text.assemble((result.turn_id, "bold"), f"  +{offset_s:.3f}s")
+    columns = (Column("call"), Column("tool"), Column("outcome"), Column("attempts", "right"))
+    cells, reasons = [], []
     for outcome in result.outcomes.values():
-        style = STATUS_STYLE[outcome.status]
         tool = outcome.tool_id if not outcome.served_by else f"{outcome.tool_id} → {outcome.served_by}"
-        reason = outcome.reason if not outcome.ok or outcome.used_default or outcome.served_by else ""
-        table.add_row(outcome.call_id, tool, Text(outcome.label, style=style), str(outcome.attempts), reason)
-    return table
+        label = Text(outcome.label, style=STATUS_STYLE[outcome.status])
+        cells.append((outcome.call_id, tool, label, str(outcome.attempts)))
+        reasons.append(outcome.reason if not outcome.ok or outcome.used_default or outcome.served_by else "")
+    calls = aligned_rows(console, columns, cells, reasons, note_header="reason")
+    return [*headed_lines(console, heading, result.summary), *calls]
 
 
-def metrics_table(engine: Engine, stats: dict[str, ToolStats]) -> Table:
-    table = Table(title="[bold]per-tool metrics[/] (engine lifetime)", title_justify="left")
-    columns = ("tool", "calls", "ok", "failed", "rejected", "skipped", "errors", "timeouts", "retries",
+def metrics_tables(console: Console, engine: Engine, stats: dict[str, ToolStats]) -> list[Table]:
+    """Per-tool metrics: one table, or several side by side in time when the console is narrow."""
+    columns = ("calls", "ok", "failed", "rejected", "skipped", "errors", "timeouts", "retries",
                "retry ok", "opens", "state", "p50 ms", "p95 ms", "p99 ms")  # fmt: skip
-    for column in columns:
-        table.add_column(column, justify="left" if column in ("tool", "state") else "right")
+    cells: dict[str, list[str]] = {column: [] for column in columns}
     for tool, tool_stats in stats.items():
         life = tool_stats.life
         rate = "—" if life.retry_success_rate is None else f"{life.retry_success_rate:.0%}"
@@ -66,8 +64,13 @@ def metrics_table(engine: Engine, stats: dict[str, ToolStats]) -> Table:
                   life.timeout_count, life.retry_count)  # fmt: skip
         latencies = (_ms(life.p50_ms), _ms(life.p95_ms), _ms(life.p99_ms))
         state = str(engine.breaker(tool).state)
-        table.add_row(tool, *map(str, counts), rate, str(life.circuit_breaker_opens), state, *latencies)
-    return table
+        row = (*map(str, counts), rate, str(life.circuit_breaker_opens), state, *latencies)
+        for column, value in zip(columns, row, strict=True):
+            cells[column].append(value)
+    title = Text.assemble(("per-tool metrics", "bold"), " (engine lifetime)")
+    key = TableColumn("tool", list(stats))
+    others = [TableColumn(c, cells[c], "left" if c == "state" else "right") for c in columns]
+    return fitted_tables(console, title, key, others)
 
 
 def _ms(value: float | None) -> str:
@@ -142,7 +145,9 @@ def run_command(
 
         def show(result: TurnResult) -> None:
             if not as_json:
-                console.print(turn_table(result, anyio.current_time() - start))
+                console.print()
+                for line in turn_lines(console, result, anyio.current_time() - start):
+                    console.print(line, soft_wrap=True)
 
         async with engine:
             results = await run_scenario(engine, scenario, on_turn=show, run=run_id)
@@ -167,7 +172,8 @@ def run_command(
     if as_json:
         console.print_json(json.dumps(report(scenario, results, injector, stats), default=str))
     else:
-        console.print(metrics_table(engine, stats))
+        for table in metrics_tables(console, engine, stats):
+            console.print(table)
         if injector is not None and injector.counters:
             fired = ", ".join(f"{kind} ×{n}" for kind, n in sorted(injector.counters.items()))
             console.print(f"[dim]injected faults: {fired}[/]")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import sys
 import time
@@ -14,9 +16,12 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from console.tables import Column, aligned_rows, cli_table
 from engine.errors import iso_timestamp
-from engine.replay import Recording, ReplayError, replay_on_virtual_time
-from engine.store import StoredTurn, TraceStore, TraceStoreError, TurnRow
+from engine.store import ExportRefused, StoredTurn, TraceStore, TraceStoreError, TurnRow
+
+REFRESH_BUSY_MS = 200
+"""How long a listing waits for a writer's lock before showing the store as it is."""
 
 OUTCOME_STYLE = {
     "ok": "green",
@@ -24,6 +29,7 @@ OUTCOME_STYLE = {
     "failed": "red",
     "timed_out": "dark_orange",
     "canceled": "dim",
+    "interrupted": "magenta",
     "running": "cyan",
 }
 
@@ -60,7 +66,17 @@ def parse_span(text: str) -> float:
 def _open(path: Path, *, readonly: bool = True) -> TraceStore:
     if readonly and not path.exists():
         raise TraceStoreError(path, "no trace store here (run `tripwire demo` or `tripwire run` first)")
+    if readonly and os.access(path, os.W_OK):
+        _bring_up_to_date(path)
     return TraceStore(path, readonly=readonly, verify=False)
+
+
+def _bring_up_to_date(path: Path) -> None:
+    """Open the store read-write for a moment, when we may: that finishes as ``interrupted`` the
+    turns of writers that are gone (a SIGKILLed ``serve``) and migrates an older schema, so what
+    is shown is true. Best effort: a store busy or refusing writes is shown as it is."""
+    with contextlib.suppress(TraceStoreError):
+        TraceStore(path, verify=False, create=False, busy_timeout_ms=REFRESH_BUSY_MS).close()
 
 
 def _row_dict(row: TurnRow) -> dict[str, Any]:
@@ -100,21 +116,24 @@ def list_command(
     if as_json:
         print(json.dumps({"turns": [_row_dict(r) for r in page.rows], "next_cursor": page.next_cursor}))
         return 0
-    table = Table(title=f"turns in {traces}", title_justify="left")
-    for column in ("started", "turn", "outcome", "calls", "ms", "summary"):
-        table.add_column(column, overflow="fold", justify="right" if column in ("calls", "ms") else "left")
-    for row in page.rows:
-        table.add_row(
+    console.print(Text(f"turns in {traces}", style="bold"), soft_wrap=True)
+    columns = (Column("started"), Column("turn"), Column("outcome"), Column("calls", "right", "{} calls"),
+               Column("ms", "right", "{} ms"))  # fmt: skip
+    cells = [
+        (
             iso_timestamp(row.started_at)[:19].replace("T", " "),
             row.turn_id,
             Text(row.outcome, style=OUTCOME_STYLE.get(row.outcome, "")),
             str(row.calls),
             "—" if row.duration_ms is None else f"{row.duration_ms:,.0f}",
-            row.summary or "",
         )
-    console.print(table)
+        for row in page.rows
+    ]
+    notes = [row.summary or "" for row in page.rows]
+    for line in aligned_rows(console, columns, cells, notes, note_header="summary"):
+        console.print(line, soft_wrap=True)  # a turn's line is never wrapped: its id stays whole
     if page.next_cursor:
-        console.print(f"[dim]more: --cursor {page.next_cursor}[/]")
+        console.print(Text(f"more: --cursor {page.next_cursor}", style="dim"), soft_wrap=True)
     return 0
 
 
@@ -127,18 +146,23 @@ def show_command(traces: Path, turn_id: str, console: Console, *, as_json: bool)
         )
         return 0
     row = stored.row
-    style = OUTCOME_STYLE.get(row.outcome, "")
-    console.print(f"[bold]{row.turn_id}[/]  [{style}]{row.outcome}[/]  {iso_timestamp(row.started_at)}")
+    heading = Text.assemble(
+        (row.turn_id, "bold"), "  ", (row.outcome, OUTCOME_STYLE.get(row.outcome, "")), "  ",
+        iso_timestamp(row.started_at),
+    )  # fmt: skip
+    console.print(heading, soft_wrap=True)  # the id is never wrapped
     if row.summary:
-        console.print(row.summary)
+        console.print(Text(row.summary))
     console.print(_timeline(stored))
     return 0
 
 
 def _timeline(stored: StoredTurn) -> Table:
-    table = Table(title="events", title_justify="left")
-    for column in ("+s", "event", "call", "what"):
-        table.add_column(column, overflow="fold", justify="right" if column == "+s" else "left")
+    table = cli_table("events")
+    table.add_column("+s", justify="right", no_wrap=True)
+    table.add_column("event", no_wrap=True)
+    table.add_column("call", no_wrap=True)
+    table.add_column("what", overflow="fold", ratio=1)
     start = stored.events[0].t if stored.events else 0.0
     for event in stored.events:
         table.add_row(
@@ -151,13 +175,26 @@ def _timeline(stored: StoredTurn) -> Table:
 
 
 def export_command(
-    traces: Path, turn_id: str | None, output: Path | None, *, since: str | None, until: str | None
+    traces: Path,
+    turn_id: str | None,
+    output: Path | None,
+    *,
+    since: str | None,
+    until: str | None,
+    force: bool = False,
 ) -> int:
+    """Events as JSON Lines to stdout (streamed), or into a new file that appears whole or not at all."""
+    since_at, until_at = parse_when(since), parse_when(until)
     with _open(traces) as store:
-        target = output if output is not None else sys.stdout
-        count = store.export_jsonl(target, turn_id=turn_id, since=parse_when(since), until=parse_when(until))
-    if output is not None:
-        print(f"{count} events written to {output}", file=sys.stderr)
+        if output is None:
+            store.export_jsonl(sys.stdout, turn_id=turn_id, since=since_at, until=until_at)
+            return 0
+        try:
+            count = store.export_jsonl(output, turn_id=turn_id, since=since_at, until=until_at, force=force)
+        except ExportRefused as exc:
+            hint = {"force": "; add --force to replace it", "stream": "; leave out -o to write to stdout"}
+            raise UsageError(f"-o {exc.path}: {exc.problem}{hint.get(exc.remedy or '', '')}") from None
+    print(f"{count} events written to {output}", file=sys.stderr)
     return 0
 
 
@@ -166,8 +203,11 @@ def prune_command(
 ) -> int:
     if older_than is None and keep is None:
         raise UsageError("say what to prune: --older-than 7d and/or --keep N")
+    span = parse_span(older_than) if older_than is not None else None
+    if span is not None and not span > 0:
+        raise UsageError(f"--older-than must be longer than 0, got {older_than!r}")
     with _open(traces, readonly=False) as store:
-        removed = store.prune(older_than_s=parse_span(older_than) if older_than else None, keep=keep)
+        removed = store.prune(older_than_s=span, keep=keep)
         left = store.counts()["turns"]
     if as_json:
         print(json.dumps({"pruned": removed, "turns_left": left}))
@@ -176,25 +216,34 @@ def prune_command(
     return 0
 
 
-def replay_command(traces: Path, turn_id: str, console: Console, *, as_json: bool) -> int:
-    """Replay a stored turn on virtual time; exit 0 when every decision matches, 1 otherwise."""
+def replay_command(
+    traces: Path, turn_id: str, console: Console, *, as_json: bool, tolerance_s: float = 0.05
+) -> int:
+    """Replay a stored turn on virtual time; exit 0 when every decision matches, 1 otherwise.
+
+    Times match when they are within ``tolerance_s`` of the recorded ones.
+    """
+    # Imported here: it brings trio.testing (and pytest), 0.15 s on the start of every other command.
+    from engine.replay import Recording, ReplayError, replay_on_virtual_time
+
     with _open(traces) as store:
         stored = store.load_turn(turn_id)
         try:
             recording = Recording.from_events(stored.events, store.manifest)
         except ReplayError as exc:
             raise TraceStoreError(traces, str(exc), untouched=False) from None
-    report = replay_on_virtual_time(recording)
+    report = replay_on_virtual_time(recording, tolerance_s=tolerance_s)
     if as_json:
         print(json.dumps(report.to_dict()))
         return 0 if report.matches else 1
     if report.matches:
-        console.print(f"[green]replay of {turn_id} matches[/]: {report.decisions} decisions, all the same")
+        decisions = f": {report.decisions} decisions, all the same"
+        console.print(Text.assemble((f"replay of {turn_id} matches", "green"), decisions), soft_wrap=True)
     else:
-        console.print(f"[red]replay of {turn_id} differs[/]")
+        console.print(Text(f"replay of {turn_id} differs", style="red"), soft_wrap=True)
         for line in (*report.mismatches, *(f"unmatched: {u}" for u in report.unmatched),
                      *(f"unused: {u}" for u in report.unused)):  # fmt: skip
-            console.print(f"  {line}", highlight=False)
+            console.print(f"  {line}", highlight=False, markup=False)
     if report.result is not None:
-        console.print(f"[dim]{report.result.summary}[/]")
+        console.print(Text(report.result.summary, style="dim"))
     return 0 if report.matches else 1

@@ -15,9 +15,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum, StrEnum
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from engine.config import DAY_MS, NOT_BOOL
+
+MAX_THRESHOLD = 1_000_000
 
 
 class BreakerState(StrEnum):
@@ -29,11 +33,13 @@ class BreakerState(StrEnum):
 
 
 class BreakerConfig(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    """Thresholds are counts (1 to a million, never booleans); the open timeout is at most 24 h."""
 
-    failure_threshold: int = Field(default=5, ge=1)
-    success_threshold: int = Field(default=1, ge=1)
-    timeout_ms: float = Field(default=30_000.0, gt=0)
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    failure_threshold: Annotated[int, NOT_BOOL] = Field(default=5, ge=1, le=MAX_THRESHOLD)
+    success_threshold: Annotated[int, NOT_BOOL] = Field(default=1, ge=1, le=MAX_THRESHOLD)
+    timeout_ms: Annotated[float, NOT_BOOL] = Field(default=30_000.0, gt=0, le=DAY_MS)
 
 
 class AttemptOutcome(Enum):

@@ -6,7 +6,9 @@ Order (first decisive rule wins, the weaker ones only fill in details):
    ExceptionGroups are unwrapped (most severe leaf wins) and ``__cause__`` chains followed;
 2. an explicit :class:`~engine.errors.ToolError` kind;
 3. server advice: ``x-should-retry``, ``retry-after-ms``, ``retry-after``;
-4. the error body's type or code (provider error types, JSON-RPC codes);
+4. the error body's type or code (provider error types, JSON-RPC codes): an SDK error's parsed
+   ``body``, else the JSON of the response the exception carries (httpx's or requests'
+   ``raise_for_status()``), only if already loaded and small: never a network or stream read;
 5. the HTTP status code;
 6. the exception class, by name along the MRO, most derived first;
 7. message patterns — the only place in tripwire that reads error text;
@@ -28,6 +30,7 @@ from typing import Any, Protocol, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from engine.error_payload import error_body, safe_attr
 from engine.errors import ToolError
 from engine.kinds import ErrorClass, ErrorKind
 
@@ -222,11 +225,12 @@ def _classify_one(exc: BaseException, now: Callable[[], float]) -> Classificatio
         decided = decided or _by_message(exc)
     else:
         by_class_alone = False
-        headers = _headers_of(exc)
+        response = safe_attr(exc, "response")
+        headers = _headers_of(exc, response)
         should_retry = _header(headers, "x-should-retry")
         retry_after = _retry_after(headers, now)
-        status = _status_of(exc)
-        decided = _by_body(exc, status) or _by_status(status) or _by_class(exc) or _by_message(exc)
+        status = _status_of(exc, response)
+        decided = _by_body(exc, status, response) or _by_status(status) or _by_class(exc) or _by_message(exc)
     if decided is None:
         if retry_after is not None:
             decided = (K.EXECUTION_ERROR, _T, Rule.SERVER_ADVICE,
@@ -264,16 +268,9 @@ _Decision = tuple[ErrorKind, ErrorClass, Rule, str]
 # --- rule 3: server advice -------------------------------------------------------------
 
 
-def _safe_attr(obj: object, name: str) -> Any:
-    try:
-        return getattr(obj, name, None)
-    except Exception:  # some properties raise when unset (httpx's .request)
-        return None
-
-
-def _headers_of(exc: BaseException) -> Mapping[str, str] | None:
-    for holder in (exc, _safe_attr(exc, "response")):
-        headers = _safe_attr(holder, "headers") if holder is not None else None
+def _headers_of(exc: BaseException, response: object) -> Mapping[str, str] | None:
+    for holder in (exc, response):
+        headers = safe_attr(holder, "headers") if holder is not None else None
         if headers is not None and hasattr(headers, "items"):
             try:
                 return {str(k).lower(): str(v) for k, v in headers.items()}
@@ -355,23 +352,27 @@ _JSONRPC_CODES: dict[int, ErrorKind] = {
 _DAILY_QUOTA = re.compile(r"per[ _-]?day|daily", re.IGNORECASE)
 
 
-def _body_tokens(exc: BaseException) -> tuple[list[str], str]:
-    """String type/code tokens found in the error body, and the body's message."""
+# Most specific first: OpenAI's ``code`` (billing_hard_limit_reached, model_not_found) refines its
+# ``type`` (invalid_request_error); Google's ``status`` names a gRPC class.
+_TOKEN_KEYS = ("code", "type", "status")
+
+
+def _body_tokens(exc: BaseException, body: Mapping[str, Any] | None) -> tuple[list[str], str]:
+    """String type/code tokens found on the error and in its body, and the body's message."""
     tokens: list[str] = []
-    message = _safe_attr(exc, "message")  # google-genai's APIError: .status, .message attributes
+    message = safe_attr(exc, "message")  # google-genai's APIError: .status, .message attributes
     message = message if isinstance(message, str) else ""
-    for attr in ("type", "code", "status"):
-        value = _safe_attr(exc, attr)
+    for attr in _TOKEN_KEYS:
+        value = safe_attr(exc, attr)
         if isinstance(value, str):
             tokens.append(value)
-    body = _safe_attr(exc, "body")
     layers: list[Any] = [body]
     if isinstance(body, Mapping) and isinstance(body.get("error"), Mapping):
         layers.append(body["error"])
     for layer in layers:
         if not isinstance(layer, Mapping):
             continue
-        for key in ("type", "code", "status"):
+        for key in _TOKEN_KEYS:
             value = layer.get(key)
             if isinstance(value, str) and value != "error":
                 tokens.append(value)
@@ -380,13 +381,12 @@ def _body_tokens(exc: BaseException) -> tuple[list[str], str]:
     return [t.lower() for t in tokens], message
 
 
-def _jsonrpc_code(exc: BaseException) -> int | None:
-    error = _safe_attr(exc, "error")  # MCP's McpError / MCPError carry ErrorData
-    code = _safe_attr(error, "code") if error is not None else None
+def _jsonrpc_code(exc: BaseException, body: Mapping[str, Any] | None) -> int | None:
+    error = safe_attr(exc, "error")  # MCP's McpError / MCPError carry ErrorData
+    code = safe_attr(error, "code") if error is not None else None
     if isinstance(code, int) and not isinstance(code, bool):
         return code
-    body = _safe_attr(exc, "body")
-    if isinstance(body, Mapping):
+    if body is not None:
         inner = body.get("error", body)
         code = inner.get("code") if isinstance(inner, Mapping) else None
         if isinstance(code, int) and not isinstance(code, bool) and code < 0:
@@ -394,8 +394,10 @@ def _jsonrpc_code(exc: BaseException) -> int | None:
     return None
 
 
-def _by_body(exc: BaseException, status: int | None) -> _Decision | None:
-    tokens, message = _body_tokens(exc)
+def _by_body(exc: BaseException, status: int | None, response: object) -> _Decision | None:
+    body, from_response = error_body(exc, response)
+    source = " (read from the HTTP response)" if from_response else ""
+    tokens, message = _body_tokens(exc, body)
     for token in tokens:
         kind = _BODY_TYPES.get(token)
         if kind is None:
@@ -403,18 +405,18 @@ def _by_body(exc: BaseException, status: int | None) -> _Decision | None:
         if kind is K.RATE_LIMIT and token == "resource_exhausted" and _DAILY_QUOTA.search(message):
             return (K.QUOTA_EXCEEDED, _P, Rule.BODY_TYPE,
                     "error body RESOURCE_EXHAUSTED names a quota: "
-                    "quotas do not reset on retry")  # fmt: skip
+                    f"quotas do not reset on retry{source}")  # fmt: skip
         where = f" with status {status}" if status is not None else ""
         return (kind, kind.default_class, Rule.BODY_TYPE,
-                f"error body type {token!r}{where} means {kind}")  # fmt: skip
-    code = _jsonrpc_code(exc)
+                f"error body type {token!r}{where} means {kind}{source}")  # fmt: skip
+    code = _jsonrpc_code(exc, body)
     if code is not None:
         kind = _JSONRPC_CODES.get(code)
         if kind is None and -32099 <= code <= -32000:
             kind = K.TRANSPORT_ERROR
         if kind is not None:
             return (kind, kind.default_class, Rule.BODY_TYPE,
-                    f"JSON-RPC error code {code} means {kind}")  # fmt: skip
+                    f"JSON-RPC error code {code} means {kind}{source}")  # fmt: skip
     return None
 
 
@@ -451,17 +453,16 @@ def _as_status(value: Any) -> int | None:
     return None
 
 
-def _status_of(exc: BaseException) -> int | None:
+def _status_of(exc: BaseException, response: object) -> int | None:
     for attr in ("status_code", "status", "http_status"):
-        if (status := _as_status(_safe_attr(exc, attr))) is not None:
+        if (status := _as_status(safe_attr(exc, attr))) is not None:
             return status
-    response = _safe_attr(exc, "response")
     if response is not None:
         for attr in ("status_code", "status"):
-            if (status := _as_status(_safe_attr(response, attr))) is not None:
+            if (status := _as_status(safe_attr(response, attr))) is not None:
                 return status
     if type(exc).__name__ == "HTTPError":  # urllib's HTTPError keeps the status in .code
-        return _as_status(_safe_attr(exc, "code"))
+        return _as_status(safe_attr(exc, "code"))
     return None
 
 
@@ -629,7 +630,7 @@ def _class_rule(exc: BaseException) -> tuple[_Decision | None, bool]:
         match = _CLASS_QUALIFIED.get(f"{cls.__module__}.{cls.__qualname__}") or _CLASS_NAMES.get(cls.__name__)
         if match is None and cls is OSError:
             alone = False  # the errno decides, or at least was read
-            code = _safe_attr(exc, "errno")
+            code = safe_attr(exc, "errno")
             if isinstance(code, int) and code in _ERRNO:
                 kind = _ERRNO[code]
                 name = errno.errorcode.get(code, code)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Literal, NoReturn
 import anyio
 from anyio.abc import TaskStatus
 
-from engine.config import one_line
+from engine.errors import one_line
 from engine.store import CommandRow, TraceStore, TraceStoreError
 
 if TYPE_CHECKING:

@@ -4,21 +4,46 @@ Files are parsed with a hardened ``SafeLoader`` while recording the line of ever
 list item, so a pydantic error at ``tool.retry_policy.max_attempts`` is reported as
 ``manifests/x.yaml:7: tool.retry_policy.max_attempts: Input should be …`` — file, line,
 field — on one line.
+
+Only regular files up to a size cap are read (:func:`read_regular_file`): a FIFO or a device
+named ``x.yaml`` never blocks a reader, and a huge file is refused before it is parsed.
+Numbers in configuration are numbers (:data:`NOT_BOOL`: ``true`` is not 1) and finite.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import os
+import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, BeforeValidator, ValidationError
+
+from engine.errors import one_line
 
 FieldPath = tuple[str | int, ...]
 Model = TypeVar("Model", bound=BaseModel)
+
+MIB = 1024 * 1024
+MAX_CONFIG_BYTES = MIB
+"""Files larger than this are refused unread: parsing 1.6 MB of YAML took 5.5 s."""
+DAY_MS = 86_400_000.0
+"""The upper bound of every duration in milliseconds (timeouts, delays, budgets): 24 h."""
+
+
+def _not_bool(value: Any) -> Any:
+    if isinstance(value, bool):  # pydantic's lax mode reads true as 1
+        raise ValueError("Input should be a number, not a boolean")
+    return value
+
+
+NOT_BOOL = BeforeValidator(_not_bool)
+"""``Annotated[float, NOT_BOOL]``: a number field that refuses ``true``/``false``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,11 +57,6 @@ class ConfigIssue:
         where = f"{self.path}:{self.line}" if self.line else self.path
         what = f"{self.field}: {self.message}" if self.field else self.message
         return one_line(f"{where}: {what}")
-
-
-def one_line(text: str) -> str:
-    """Keys and YAML messages may hold line breaks; an issue is always shown on one line."""
-    return "\\n".join(text.splitlines())
 
 
 class ConfigError(Exception):
@@ -173,14 +193,96 @@ class ParsedYaml:
             raise error(issues_from(exc, self.path, self.lines)) from None
 
 
-def read_yaml(path: Path, top_key: str, error: type[ConfigError] = ConfigError) -> ParsedYaml:
+def read_yaml(
+    path: Path, top_key: str, error: type[ConfigError] = ConfigError, *, max_bytes: int = MAX_CONFIG_BYTES
+) -> ParsedYaml:
     """Read a UTF-8 YAML file whose top level must be a mapping with ``top_key``."""
-    shown = str(path)
+    data = read_regular_file(path, max_bytes)
+    if isinstance(data, Unread):
+        raise error([ConfigIssue(str(path), None, "", data.reason)])
+    return parse_yaml(data, str(path), top_key, error)
+
+
+@dataclass(frozen=True, slots=True)
+class Unread:
+    """Why a file was not read."""
+
+    reason: str
+    """``not a regular file (a FIFO)``, ``larger than 1 MiB (1.6 MiB)``, ``dangling symlink``…"""
+    gone: bool = False
+    """Nothing is at the path at all (not even a broken symlink)."""
+
+
+def read_regular_file(path: Path, max_bytes: int = MAX_CONFIG_BYTES) -> bytes | Unread:
+    """The bytes of ``path`` if it is a regular file of at most ``max_bytes``.
+
+    Never blocks: the type is checked before opening, and the file is opened non-blocking and
+    checked again, so a FIFO swapped in between cannot hang the reader either.
+    """
     try:
-        data = path.read_bytes()
+        info = os.stat(path)
     except OSError as exc:
-        raise error([ConfigIssue(shown, None, "", f"cannot read: {exc.strerror}")]) from None
-    return parse_yaml(data, shown, top_key, error)
+        return _unread(path, exc)
+    if not stat.S_ISREG(info.st_mode):
+        return Unread(f"not a regular file ({_file_kind(info.st_mode)})")
+    if info.st_size > max_bytes:
+        return Unread(_too_large(max_bytes, info.st_size))
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        return _unread(path, exc)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return Unread(f"not a regular file ({_file_kind(info.st_mode)})")
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := os.read(fd, max(max_bytes + 1 - size, 1)):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > max_bytes:  # grew since it was measured
+                return Unread(_too_large(max_bytes, max(size, os.fstat(fd).st_size)))
+        return b"".join(chunks)
+    except OSError as exc:
+        return Unread(f"cannot read: {exc.strerror or exc}")
+    finally:
+        os.close(fd)
+
+
+def _unread(path: Path, exc: OSError) -> Unread:
+    if exc.errno == errno.ELOOP:
+        return Unread("symlink loop")
+    if exc.errno == errno.ENOENT:
+        if os.path.lexists(path):
+            return Unread("dangling symlink (its target does not exist)")
+        return Unread(f"cannot read: {exc.strerror}", gone=True)
+    return Unread(f"cannot read: {exc.strerror or exc}")
+
+
+def _file_kind(mode: int) -> str:
+    kinds = {
+        stat.S_ISDIR: "a directory",
+        stat.S_ISFIFO: "a FIFO",
+        stat.S_ISSOCK: "a socket",
+        stat.S_ISCHR: "a character device",
+        stat.S_ISBLK: "a block device",
+    }
+    return next((name for test, name in kinds.items() if test(mode)), "an unusual file type")
+
+
+def _too_large(cap: int, size: int) -> str:
+    shown_cap, shown_size = _size(cap), _size(size)
+    if shown_cap == shown_size:
+        shown_cap, shown_size = f"{cap:,} bytes", f"{size:,} bytes"
+    return f"larger than {shown_cap} ({shown_size})"
+
+
+def _size(n: int) -> str:
+    if n >= MIB:
+        return f"{n / MIB:.3g} MiB"
+    if n >= 1024:
+        return f"{n / 1024:.3g} KiB"
+    return f"{n} bytes"
 
 
 def parse_yaml(data: bytes, shown: str, top_key: str, error: type[ConfigError] = ConfigError) -> ParsedYaml:

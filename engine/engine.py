@@ -27,9 +27,10 @@ from anyio.abc import TaskGroup
 
 from engine.breaker import AttemptOutcome, BreakerState, CircuitBreaker, Transition
 from engine.bus import EventBus, Subscriber
+from engine.cancellation import is_stray_cancellation, stray_cancellation_error
 from engine.classify import Classification, Rule, classify
 from engine.clock import backend_cancel_scope, backend_clock, backend_task_group
-from engine.errors import ToolError, jsonable
+from engine.errors import ToolError, TraceStoreError, jsonable
 from engine.events import (
     AlternativeUsed,
     AttemptFailed,
@@ -56,11 +57,12 @@ from engine.handler import (
     resend_unsafe,
 )
 from engine.kinds import ErrorClass, ErrorKind
-from engine.manifest import TOOL_ID_PATTERN, ManifestRegistry, ToolManifest
+from engine.manifest import MAX_MANIFEST_BYTES, TOOL_ID_PATTERN, ManifestFile, ManifestRegistry, ToolManifest
 from engine.metrics import MetricsRegistry, ToolMetrics, ToolStats
 from engine.retry import RetryPlan, plan_retry
 from engine.streams import ToolStream, collect, open_stream
 from engine.timeouts import TimeoutSupervisor
+from engine.watch import DEFAULT_SETTLE_MS, ManifestWatcher
 
 if TYPE_CHECKING:
     from engine.faults import AttemptInjector, InjectedAttempt
@@ -73,7 +75,9 @@ TOOL_ID = re.compile(TOOL_ID_PATTERN)
 
 
 class TurnRecorder(Protocol):
-    async def turn_finished(self, turn_id: str) -> None: ...
+    async def turn_finished(self, turn_id: str) -> TraceStoreError | None:
+        """Wait until the turn is durable; the store's error (naming its real cause) when it cannot be."""
+        ...
 
 
 @dataclass(slots=True)
@@ -192,6 +196,8 @@ class Engine:
     (the timeout supervisor, the half-open timer and, with ``watch=True``, manifest hot
     reload); calls also work outside it, with breakers half-opening lazily on the next call.
     ``handler`` replaces the default error handler; ``faults`` injects a fault plan.
+    ``watch_settle_ms``: how long a changed manifest must stay the same before it applies;
+    ``manifest_max_bytes``: manifest files larger than this are refused unread.
     """
 
     def __init__(
@@ -205,13 +211,17 @@ class Engine:
         faults: AttemptInjector | None = None,
         record: bool = False,
         watch_debounce_ms: int = 100,
+        watch_settle_ms: float = DEFAULT_SETTLE_MS,
+        manifest_max_bytes: int = MAX_MANIFEST_BYTES,
     ) -> None:
         self.wall_clock = wall_clock
         self.rng = rng if rng is not None else random.Random()
         if isinstance(manifests, ManifestRegistry):
             self.manifests = manifests
         elif isinstance(manifests, str | Path):
-            self.manifests = ManifestRegistry.from_directory(manifests, at=wall_clock())
+            self.manifests = ManifestRegistry.from_directory(
+                manifests, at=wall_clock(), max_bytes=manifest_max_bytes
+            )
         else:
             self.manifests = ManifestRegistry.from_manifests(manifests or (), at=wall_clock())
         self.handler = as_handler(handler)
@@ -224,6 +234,7 @@ class Engine:
         self.metrics = MetricsRegistry()
         self._watch = watch
         self._watch_debounce_ms = watch_debounce_ms
+        self._watch_settle_ms = watch_settle_ms
         self._bus = EventBus()
         self._tools: dict[str, _Tool] = {}
         self._call_ids = itertools.count(1)
@@ -508,6 +519,10 @@ class Engine:
                             value = await self._invoke(tool, args, opening_stream, fault)
                     except Exception as exc:
                         error = exc
+                    except BaseException as exc:
+                        if not is_stray_cancellation(exc):
+                            raise
+                        error = stray_cancellation_error(exc, tool_id)
             except BaseException:  # cancelled from outside (the turn's deadline, a stop): no evidence
                 breaker.record(permit, AttemptOutcome.ABANDONED, current_time())
                 raise
@@ -879,6 +894,8 @@ class Engine:
     # --- background services -------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
+        if self._stack is not None:
+            raise RuntimeError("this engine is already started (async with engine: is entered once)")
         try:
             async with AsyncExitStack() as stack:  # unwound if any service fails to start
                 self.clock, self._new_scope = backend_clock(), backend_cancel_scope()
@@ -894,6 +911,8 @@ class Engine:
                 if self._watch and self.manifests.directory is not None:
                     await task_group.start(self._watch_manifests)
                 self._stack = stack.pop_all()
+            for event in self.manifests.refusal_events(at=self.wall_clock(), t=current_time()):
+                self.publish(event)  # files skipped at start-up: said once the engine runs
         except ExceptionGroup as group:  # one service failed to start: raise its own error
             if len(group.exceptions) == 1:
                 raise group.exceptions[0] from group
@@ -934,35 +953,27 @@ class Engine:
     async def _watch_manifests(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        import watchfiles  # only needed when hot reload is on
+        watcher = ManifestWatcher(
+            self.manifests,
+            self.reload_manifests,
+            self.publish,
+            wall_clock=self.wall_clock,
+            settle_ms=self._watch_settle_ms,
+            debounce_ms=self._watch_debounce_ms,
+        )
+        await watcher.run(task_status=task_status)
 
-        directory = self.manifests.directory
-        assert directory is not None
-        started = False
-        async for changes in watchfiles.awatch(
-            directory,
-            debounce=self._watch_debounce_ms,
-            step=20,
-            rust_timeout=100,
-            yield_on_timeout=True,
-            recursive=False,
-        ):
-            if not started:
-                started = True
-                task_status.started()
-            paths = {Path(p) for _, p in changes}
-            paths = {p for p in paths if self.manifests.is_manifest_file(p)}
-            if paths:
-                self.reload_manifests(paths)
+    def reload_manifests(self, paths: Iterable[Path | ManifestFile] | None = None) -> list[Event]:
+        """Re-read manifest files (all of them by default) and apply what is valid.
 
-    def reload_manifests(self, paths: Iterable[Path] | None = None) -> list[Event]:
-        """Re-read manifest files (all of them by default) and apply what is valid."""
+        Paths are read here, on the calling thread; the watcher passes what it read in a worker
+        thread (:class:`ManifestFile`), so its reloads never read or parse on the event loop.
+        """
         registry = self.manifests
-        if paths is None:
-            known = {Path(e.path) for e in registry.entries.values() if e.path != "<code>"}
-            paths = set(registry.manifest_files()) | known | {Path(p) for p in registry.rejected}
         try:
-            events = registry.reload(paths, at=self.wall_clock(), t=current_time())
+            events = registry.reload(
+                registry.tracked_files() if paths is None else paths, at=self.wall_clock(), t=current_time()
+            )
         except Exception:  # the engine never crashes on a manifest
             log.exception("manifest reload failed")
             events = []

@@ -7,6 +7,7 @@ engine raises a fresh one, carrying the last attempt's exception, when a call fa
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.kinds import ErrorKind
@@ -98,6 +99,37 @@ class ToolError(Exception):
 
     def __repr__(self) -> str:
         return f"ToolError({self.kind!s}, {self.message!r}, tool_id={self.tool_id!r})"
+
+
+class TraceStoreError(Exception):
+    """A trace store that cannot be opened or used; ``str()`` is one line naming the file.
+
+    ``untouched`` says the file was left exactly as it was found (every refusal to open).
+    """
+
+    def __init__(self, path: str | Path, problem: str, *, untouched: bool = True) -> None:
+        self.path = str(path)
+        self.problem = problem
+        self.untouched = untouched
+        suffix = " (left untouched)" if untouched else ""
+        super().__init__(one_line(f"{self.path}: {problem}{suffix}"))
+
+
+class TurnNotPersisted(TraceStoreError):
+    """A turn ran, but the trace store could not make it durable (``durability="turn"``).
+
+    ``result`` is the turn's :class:`~engine.turns.TurnResult`: nothing the tools returned is
+    lost. ``problem`` names the store's real cause ("database or disk is full").
+    """
+
+    def __init__(self, path: str | Path, problem: str, result: Any) -> None:
+        super().__init__(path, f"turn {result.turn_id} not persisted: {problem}", untouched=False)
+        self.result = result
+
+
+def one_line(text: str) -> str:
+    """Keys, YAML and SQLite messages may hold line breaks; a problem is always shown on one line."""
+    return "\\n".join(text.splitlines())
 
 
 def iso_timestamp(epoch_s: float) -> str:

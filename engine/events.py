@@ -325,6 +325,24 @@ class TurnCanceled(Event):
 
 
 @dataclass(slots=True, kw_only=True)
+class TurnInterrupted(Event):
+    """The turn's caller was cancelled (the engine or its host stopped) before the turn ended.
+
+    ``in_flight`` are the calls that were running then; ``unfinished`` every call without an
+    outcome (in flight or never started). A ``TurnFinished`` with outcome ``interrupted`` follows.
+    """
+
+    turn_id: str
+    in_flight: tuple[str, ...]
+    unfinished: tuple[str, ...]
+    reason: str = "the caller was cancelled"
+
+    def describe(self) -> str:
+        running = ", ".join(self.in_flight) or "nothing"
+        return f"turn {self.turn_id} interrupted ({self.reason}); in flight: {running}"
+
+
+@dataclass(slots=True, kw_only=True)
 class TurnFinished(Event):
     """A turn ended; its summary is the plain sentence for the user."""
 
@@ -336,7 +354,8 @@ class TurnFinished(Event):
     duration_ms: float
     outcome: str = "ok"
     """``ok`` (every call succeeded), ``degraded``, ``failed`` (no tool executed, seed 004),
-    ``timed_out`` (the deadline cut it) or ``canceled`` (stopped)."""
+    ``timed_out`` (the deadline cut it), ``canceled`` (stopped) or ``interrupted`` (its caller was
+    cancelled: the engine or its host stopped mid-turn)."""
 
     def describe(self) -> str:
         return f"turn {self.turn_id} finished in {self.duration_ms:.0f} ms: {self.summary}"
@@ -433,6 +452,23 @@ class ManifestRejected(Event):
         kept = f"; keeping {self.kept_digest}" if self.kept_digest else ""
         more = f" (+{len(self.errors) - 1} more)" if len(self.errors) > 1 else ""
         return f"manifest rejected: {self.errors[0] if self.errors else self.path}{more}{kept}"
+
+
+@dataclass(slots=True, kw_only=True)
+class ManifestRefused(Event):
+    """A manifest file was refused unread (a FIFO, too large, a broken symlink); the last good version stays.
+
+    ``path`` is the manifest directory itself when it is gone: watching resumes when it is back.
+    """
+
+    path: str
+    reason: str
+    kept_digest: str | None = None
+    """Digest of the last good version still in force, if there is one."""
+
+    def describe(self) -> str:
+        kept = f"; keeping {self.kept_digest}" if self.kept_digest else ""
+        return f"manifest refused: {self.path}: {self.reason}{kept}"
 
 
 @dataclass(slots=True, kw_only=True)

@@ -27,7 +27,7 @@ import anyio
 
 from engine.breaker import BreakerState
 from engine.classify import classify
-from engine.errors import ToolError
+from engine.errors import ToolError, TurnNotPersisted
 from engine.events import ToolResultSent
 from engine.faults import FaultInjector
 from engine.handler import CALLER_FAULT_KINDS
@@ -588,6 +588,8 @@ class ToolCallExecutor:
             try:
                 turn = Turn(runnable, id=turn_id, deadline_s=self.deadline_s)
                 result = await self.engine.run_turn(turn, stop=stop)
+            except TurnNotPersisted:  # the turn ran but is not durable: the caller asked to know
+                raise
             except Exception as exc:  # an engine bug must not break the transcript
                 log.exception("the engine failed while running %d tool call(s)", len(runnable))
                 crash = exc

@@ -41,11 +41,18 @@ from engine.events import (
     ToolTimedOut,
     TurnDeadlineExceeded,
     TurnFinished,
+    TurnInterrupted,
     TurnStarted,
 )
 from engine.kinds import ErrorKind
 from engine.manifest import ToolManifest
 from engine.turns import Turn, TurnResult
+
+TIME_TOLERANCE_S = 0.05
+"""How far a replayed time may be from the recorded one. A turn recorded on a real clock
+carries its scheduling delays (a backoff sleep that woke a little late, a busy event loop);
+the replay, on a virtual clock, has none. Attempts end on the recorded timeline, so those
+delays never add up: each time differs by at most one of them."""
 
 
 class ReplayError(Exception):
@@ -67,6 +74,8 @@ class RecordedAttempt:
     message: str = ""
     fault_type: str | None = None
     partial: bool = False
+    ends_at_s: float | None = None
+    """When the attempt ended, in seconds since the turn began (None: it never ended)."""
 
     def describe(self) -> str:
         return f"{self.call_id}/{self.tool_id} attempt {self.attempt} ({self.outcome})"
@@ -103,6 +112,11 @@ class Recording:
             raise ReplayError(
                 f"turn {started.turn_id} was not recorded for replay (run the engine with record=True)"
             )
+        if any(isinstance(e, TurnInterrupted) for e in events):
+            raise ReplayError(
+                f"turn {started.turn_id} was interrupted (its engine stopped mid-turn): "
+                "there is no ending to replay"
+            )
         manifests = {}
         for tool_id, digest in started.manifests.items():
             content = manifest_content(digest)
@@ -124,6 +138,7 @@ class Recording:
 
 
 def _attempts(events: list[Event]) -> dict[tuple[str, str, int], RecordedAttempt]:
+    origin = next((e.t for e in events if isinstance(e, TurnStarted)), 0.0)
     started: dict[tuple[str, str, int], AttemptStarted] = {}
     timed_out: set[tuple[str, str, int]] = set()
     attempts: dict[tuple[str, str, int], RecordedAttempt] = {}
@@ -141,7 +156,7 @@ def _attempts(events: list[Event]) -> dict[tuple[str, str, int], RecordedAttempt
             outcome: Outcome = "timeout" if key in timed_out else "error"
             attempts[key] = RecordedAttempt(
                 e.tool_id, e.call_id, e.attempt, outcome, e.latency_ms / 1000.0, None, classification,
-                e.error, e.fault_type, e.has_partial,
+                e.error, e.fault_type, e.has_partial, e.t - origin,
             )  # fmt: skip
         elif isinstance(e, CallSucceeded):
             key = (e.call_id, e.tool_id, e.attempts)
@@ -152,7 +167,7 @@ def _attempts(events: list[Event]) -> dict[tuple[str, str, int], RecordedAttempt
             begun = started.get(key)
             attempts[key] = RecordedAttempt(
                 e.tool_id, e.call_id, e.attempts, "ok", e.attempt_ms / 1000.0, e.value, None, "",
-                begun.fault_type if begun else None,
+                begun.fault_type if begun else None, False, e.t - origin,
             )  # fmt: skip
     for key, begun in started.items():
         if key not in attempts:  # cut off by the turn's deadline or a stop: it never ended
@@ -165,13 +180,20 @@ def _with_partial_value(attempt: RecordedAttempt, value: Any) -> RecordedAttempt
 
 
 class _Replayed:
-    """One recorded outcome, played back in place of the tool."""
+    """One recorded outcome, played back in place of the tool.
 
-    __slots__ = ("recorded",)
+    It ends when the recorded attempt ended, counted from the turn's start (``origin``), not
+    after the recorded latency: a recording made on a real clock has scheduling delays between
+    attempts that a replay does not, and ending on the recorded timeline keeps them from
+    adding up over the turn.
+    """
+
+    __slots__ = ("origin", "recorded")
     is_ok = False
 
-    def __init__(self, recorded: RecordedAttempt) -> None:
+    def __init__(self, recorded: RecordedAttempt, origin: float | None) -> None:
         self.recorded = recorded
+        self.origin = origin
 
     @property
     def fault_type(self) -> str | None:
@@ -181,7 +203,10 @@ class _Replayed:
         r = self.recorded
         if r.outcome in ("timeout", "cut"):
             await anyio.sleep_forever()  # the engine's timeout, or the turn, ends it as it did
-        await anyio.sleep(r.latency_s)
+        if self.origin is not None and r.ends_at_s is not None:
+            await anyio.sleep_until(self.origin + r.ends_at_s)
+        else:
+            await anyio.sleep(r.latency_s)
         if r.outcome == "ok":
             return r.value
         assert r.classification is not None
@@ -215,6 +240,8 @@ class ReplayInjector:
         self.attempts = attempts
         self.used: set[tuple[str, str, int]] = set()
         self.unmatched: list[str] = []
+        self.origin: float | None = None
+        """Engine time at which the replayed turn began: recorded attempts end relative to it."""
 
     def pick(
         self,
@@ -232,7 +259,7 @@ class ReplayInjector:
             self.unmatched.append(what)
             return _Unmatched(what)
         self.used.add(key)
-        return _Replayed(recorded)
+        return _Replayed(recorded, self.origin)
 
     def unused(self) -> list[str]:
         return sorted(a.describe() for key, a in self.attempts.items() if key not in self.used)
@@ -267,8 +294,11 @@ class ReplayReport:
         }
 
 
-async def replay(recording: Recording) -> ReplayReport:
-    """Replay on the running event loop (use a virtual clock: see :func:`replay_on_virtual_time`)."""
+async def replay(recording: Recording, *, tolerance_s: float = TIME_TOLERANCE_S) -> ReplayReport:
+    """Replay on the running event loop (use a virtual clock: see :func:`replay_on_virtual_time`).
+
+    Decisions must match exactly; times (and retry delays) within ``tolerance_s``.
+    """
     injector = ReplayInjector(recording.attempts)
     manifests = [ToolManifest.model_validate(content) for content in recording.manifests.values()]
     engine = Engine(manifests, wall_clock=VirtualWallClock(recording.started_at), faults=injector)
@@ -279,29 +309,32 @@ async def replay(recording: Recording) -> ReplayReport:
         now = current_time()
         for tool_id, snapshot in recording.breakers.items():
             engine.breaker(tool_id).restore(snapshot, now)
+        injector.origin = current_time()  # the turn starts now: no time passes before it does
         report.result = await engine.run_turn(recording.turn, seed=recording.seed)
     engine.close()
     recorded, replayed = decisions(recording.events), decisions(report.result.trace.events)
     report.decisions = len(recorded)
     for what in sorted(recorded.keys() | replayed.keys()):
-        was, now_is = recorded.get(what, "—"), replayed.get(what, "—")
-        if was != now_is:
+        was, now_is = recorded.get(what, _NOTHING), replayed.get(what, _NOTHING)
+        if not was.matches(now_is, tolerance_s):
             report.mismatches.append(f"{what}: recorded {was} ≠ replayed {now_is}")
     report.unmatched = injector.unmatched
     report.unused = injector.unused()
     return report
 
 
-def replay_on_virtual_time(recording: Recording) -> ReplayReport:
+def replay_on_virtual_time(recording: Recording, *, tolerance_s: float = TIME_TOLERANCE_S) -> ReplayReport:
     """Replay in a fresh event loop on trio's virtual clock: an hour of recording in a blink."""
-    return replay_all_on_virtual_time([recording])[0]
+    return replay_all_on_virtual_time([recording], tolerance_s=tolerance_s)[0]
 
 
-def replay_all_on_virtual_time(recordings: Iterable[Recording]) -> list[ReplayReport]:
+def replay_all_on_virtual_time(
+    recordings: Iterable[Recording], *, tolerance_s: float = TIME_TOLERANCE_S
+) -> list[ReplayReport]:
     """Replay several recordings, one after another, in one event loop on a virtual clock."""
 
     async def each() -> list[ReplayReport]:
-        return [await replay(recording) for recording in recordings]
+        return [await replay(recording, tolerance_s=tolerance_s) for recording in recordings]
 
     clock = trio.testing.MockClock(autojump_threshold=0)
     reports: list[ReplayReport] = anyio.run(each, backend="trio", backend_options={"clock": clock})
@@ -315,54 +348,78 @@ def _never_runs(tool_id: str) -> Callable[..., Any]:
     return tool
 
 
-def decisions(events: Iterable[Event]) -> dict[str, str]:
+@dataclass(frozen=True, slots=True)
+class Fact:
+    """One thing the engine decided in a turn: ``what`` is compared exactly, ``times`` (seconds
+    since the turn began, and retry delays) within the replay's tolerance."""
+
+    what: str
+    times: tuple[float, ...] = ()
+
+    def matches(self, other: Fact, tolerance_s: float) -> bool:
+        return (
+            self.what == other.what
+            and len(self.times) == len(other.times)
+            and all(abs(a - b) <= tolerance_s for a, b in zip(self.times, other.times, strict=True))
+        )
+
+    def __str__(self) -> str:
+        return " ".join([self.what, *(f"@{t:.6f}" for t in self.times)]) if self.times else self.what
+
+
+_NOTHING = Fact("—")
+
+
+def decisions(events: Iterable[Event]) -> dict[str, Fact]:
     """What the engine decided in a turn, keyed so two runs can be compared fact by fact.
 
     Times are relative to the turn's start; wall-clock stamps are left out.
     """
     events = list(events)
     start = next((e.t for e in events if isinstance(e, TurnStarted)), 0.0)
-    facts: dict[str, str] = {}
-    transitions: dict[str, list[str]] = {}
+    facts: dict[str, Fact] = {}
+    transitions: dict[str, list[tuple[str, float]]] = {}
     for e in events:
-        at = f"@{e.t - start:.6f}"
+        at = e.t - start
         if isinstance(e, BreakerTransitioned):
-            transitions.setdefault(e.tool_id, []).append(f"{e.from_state}→{e.to_state}{at}")
+            transitions.setdefault(e.tool_id, []).append((f"{e.from_state}→{e.to_state}", at))
             continue
         if isinstance(e, TurnFinished):
-            facts["turn outcome"] = f"{e.outcome} {sorted(e.statuses.items())}"
+            facts["turn outcome"] = Fact(f"{e.outcome} {sorted(e.statuses.items())}")
             continue
         if isinstance(e, TurnDeadlineExceeded):
-            facts["turn deadline"] = f"{sorted(e.unfinished)}{at}"
+            facts["turn deadline"] = Fact(f"{sorted(e.unfinished)}", (at,))
             continue
         if not isinstance(e, ToolEvent):
             continue
         where = f"{e.call_id}/{e.tool_id}"
         if isinstance(e, AttemptStarted):
-            facts[f"{where} attempt {e.attempt} start"] = f"{at} probe={e.probe}"
+            facts[f"{where} attempt {e.attempt} start"] = Fact(f"probe={e.probe}", (at,))
         elif isinstance(e, ToolTimedOut):
-            facts[f"{where} attempt {e.attempt} timeout"] = at
+            facts[f"{where} attempt {e.attempt} timeout"] = Fact("timed out", (at,))
         elif isinstance(e, AttemptFailed):
-            delay = "" if e.delay_ms is None else f" after {e.delay_ms:.3f}ms"
-            facts[f"{where} attempt {e.attempt} failure"] = (
-                f"{e.kind}/{e.classification} → {e.decision}{delay} ({e.circuit_breaker_state}){at}"
-            )
+            what = f"{e.kind}/{e.classification} → {e.decision} ({e.circuit_breaker_state})"
+            delay = () if e.delay_ms is None else (e.delay_ms / 1000.0,)
+            facts[f"{where} attempt {e.attempt} failure"] = Fact(what, (*delay, at))
         elif isinstance(e, CallSucceeded):
-            facts[f"{where} end"] = f"succeeded after {e.attempts}{' (partial)' if e.partial else ''}{at}"
+            partial = " (partial)" if e.partial else ""
+            facts[f"{where} end"] = Fact(f"succeeded after {e.attempts}{partial}", (at,))
         elif isinstance(e, CallFailed):
-            facts[f"{where} end"] = f"failed {e.kind} → {e.decision}{at}"
+            facts[f"{where} end"] = Fact(f"failed {e.kind} → {e.decision}", (at,))
         elif isinstance(e, CallRejected):
-            facts[f"{where} end"] = f"rejected ({e.state}){at}"
+            facts[f"{where} end"] = Fact(f"rejected ({e.state})", (at,))
         elif isinstance(e, AlternativeUsed):
-            facts[f"{where} alternative"] = f"{e.alternative}{at}"
+            facts[f"{where} alternative"] = Fact(e.alternative, (at,))
         elif isinstance(e, CallSkipped | CallEscalated | DefaultUsed):
-            facts[f"{e.call_id} cascade"] = f"{e.event_type} {sorted(e.blocked_by)}{at}"
+            facts[f"{e.call_id} cascade"] = Fact(f"{e.event_type} {sorted(e.blocked_by)}", (at,))
     for tool_id, changes in transitions.items():
-        facts[f"breaker {tool_id}"] = " ".join(changes)
+        facts[f"breaker {tool_id}"] = Fact(" ".join(c for c, _ in changes), tuple(t for _, t in changes))
     return facts
 
 
 __all__ = [
+    "TIME_TOLERANCE_S",
+    "Fact",
     "RecordedAttempt",
     "Recording",
     "ReplayError",

@@ -6,26 +6,36 @@ Everything here is pure: the caller passes elapsed time, the attempt count and a
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
-from typing import Literal, Self
+from typing import Annotated, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from engine.config import DAY_MS, NOT_BOOL
+
+MAX_ATTEMPTS = 100
+MAX_MULTIPLIER = 10.0
+
 
 class RetryPolicy(BaseModel):
-    """Spec §2.1 defaults; every field can be overridden per tool (spec §2.2)."""
+    """Spec §2.1 defaults; every field can be overridden per tool (spec §2.2).
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    Numbers are bounded (durations ≤ 24 h, attempts ≤ 100, multiplier ≤ 10), finite, and never
+    booleans, so no policy can make the backoff math overflow.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     strategy: Literal["exponential_backoff", "fixed"] = "exponential_backoff"
-    initial_delay_ms: float = Field(default=100.0, ge=0)
-    multiplier: float = Field(default=2.0, ge=1.0)
-    max_delay_ms: float = Field(default=800.0, ge=0)
-    jitter_percent: float = Field(default=10.0, ge=0, le=100)
-    max_attempts: int = Field(default=5, ge=1)
+    initial_delay_ms: Annotated[float, NOT_BOOL] = Field(default=100.0, ge=0, le=DAY_MS)
+    multiplier: Annotated[float, NOT_BOOL] = Field(default=2.0, ge=1.0, le=MAX_MULTIPLIER)
+    max_delay_ms: Annotated[float, NOT_BOOL] = Field(default=800.0, ge=0, le=DAY_MS)
+    jitter_percent: Annotated[float, NOT_BOOL] = Field(default=10.0, ge=0, le=100)
+    max_attempts: Annotated[int, NOT_BOOL] = Field(default=5, ge=1, le=MAX_ATTEMPTS)
     """Total attempts, the first included."""
-    max_total_time_ms: float = Field(default=2000.0, gt=0)
+    max_total_time_ms: Annotated[float, NOT_BOOL] = Field(default=2000.0, gt=0, le=DAY_MS)
     """No retry starts later than this after the first attempt started."""
 
     @model_validator(mode="after")
@@ -38,9 +48,14 @@ class RetryPolicy(BaseModel):
 
     def base_delay_ms(self, retry: int) -> float:
         """Delay before retry number ``retry`` (1 = the second attempt), before jitter."""
-        if self.strategy == "fixed":
-            return self.initial_delay_ms
-        return min(self.initial_delay_ms * self.multiplier ** (retry - 1), self.max_delay_ms)
+        initial, cap = self.initial_delay_ms, self.max_delay_ms
+        if self.strategy == "fixed" or retry <= 1 or initial == 0 or self.multiplier == 1.0:
+            return initial
+        # Cap before multiplying: once the exponent reaches the cap (compared in log space),
+        # ``multiplier ** n`` is never computed, so no retry number can overflow it.
+        if (retry - 1) * math.log(self.multiplier) >= math.log(cap / initial):
+            return cap
+        return min(initial * self.multiplier ** (retry - 1), cap)
 
     def delay_s(self, retry: int, rng: random.Random) -> float:
         """Jittered delay: the spec caps first, then adds ±jitter (800 ms ± 80 ms)."""

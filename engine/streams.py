@@ -19,6 +19,7 @@ import anyio
 from anyio import CancelScope, current_time
 
 from engine.breaker import AttemptOutcome, Permit
+from engine.cancellation import is_stray_cancellation, stray_cancellation_error
 from engine.classify import classify
 from engine.errors import ToolError
 from engine.events import StreamEnded
@@ -96,6 +97,10 @@ class ToolStream:
                 raise
             except Exception as exc:
                 raise self._truncated(exc) from exc
+            except BaseException as exc:
+                if not is_stray_cancellation(exc):
+                    raise
+                raise self._truncated(stray_cancellation_error(exc, self._served_by)) from exc
         if scope.cancelled_caught:
             raise self._truncated(TimeoutError(f"no chunk within {manifest.timeout_s:g}s"))
         self.chunks += 1

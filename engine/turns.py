@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from engine.engine import CallContext
-from engine.errors import jsonable
+from engine.errors import TurnNotPersisted, jsonable
 from engine.events import (
     CallEscalated,
     CallSkipped,
@@ -30,6 +30,7 @@ from engine.events import (
     TurnCanceled,
     TurnDeadlineExceeded,
     TurnFinished,
+    TurnInterrupted,
     TurnStarted,
     allocate,
 )
@@ -94,7 +95,11 @@ class Turn:
     def __post_init__(self) -> None:
         calls = tuple(self.calls)
         object.__setattr__(self, "calls", calls)
-        if problems := _structure_problems(self):
+        problems = _structure_problems(self)
+        depth = _depths(calls)
+        if depth is None and (cycle := _find_cycle(calls)):
+            problems.append(f"{self.label}: dependency cycle {' → '.join(cycle)}")
+        if problems:
             raise TurnError(problems)
         dependants: dict[str, list[str]] = {c.id: [] for c in calls}
         blockers: dict[str, int] = {}
@@ -115,9 +120,7 @@ class Turn:
             for c in calls
         }
         object.__setattr__(self, "sources", sources)
-        depth: dict[str, int] = {}
-        for call in calls:  # no cycles (checked above), so this terminates
-            depth[call.id] = _depth(call.id, self.by_id, depth)
+        assert depth is not None, "cycles and dangling dependencies were refused above"
         object.__setattr__(self, "ranks", {c.id: (depth[c.id], i) for i, c in enumerate(calls)})
 
     @property
@@ -194,10 +197,13 @@ class CallStatus(StrEnum):
     ESCALATED = "escalated"
     TIMED_OUT = "timed_out"
     CANCELED = "canceled"
+    INTERRUPTED = "interrupted"
+    """Still running when the turn's caller was cancelled (stored turns only: run_turn raised)."""
 
 
 _OK = (CallStatus.SUCCEEDED, CallStatus.PARTIAL)
 _SUCCEEDED = CallStatus.SUCCEEDED.value
+_CUT_OFF = (CallStatus.TIMED_OUT, CallStatus.CANCELED, CallStatus.INTERRUPTED)
 _time_of = operator.attrgetter("t")
 _LANE_TASK = f"{__name__}.TurnRunner._lane"
 """The name anyio gives a lane's task: given, it is not worked out again for every task."""
@@ -228,8 +234,8 @@ class CallOutcome:
             return True
         if self.status is CallStatus.FAILED:
             return self.error is not None and self.error.executed
-        # Cut off by the deadline or a stop while running: the tool did run.
-        return self.status in (CallStatus.TIMED_OUT, CallStatus.CANCELED) and self.launched
+        # Cut off by the deadline, a stop or an interruption while running: the tool did run.
+        return self.status in _CUT_OFF and self.launched
 
     @property
     def label(self) -> str:
@@ -330,38 +336,55 @@ def _structure_problems(turn: Turn) -> list[str]:
                 problems.append(
                     f"{name}: call {call.id!r} takes input {param!r} from {dep!r}, not a dependency"
                 )
-    if cycle := _find_cycle(turn.calls):
-        problems.append(f"{name}: dependency cycle {' → '.join(cycle)}")
     return problems
 
 
-def _depth(call_id: str, by_id: Mapping[str, ToolCall], known: dict[str, int]) -> int:
-    if call_id not in known:
-        deps = by_id[call_id].depends_on
-        known[call_id] = 1 + max((_depth(d, by_id, known) for d in deps), default=-1)
-    return known[call_id]
+def _depths(calls: Sequence[ToolCall]) -> dict[str, int] | None:
+    """Each call's dependency depth (roots are 0), or None when the calls hold a cycle.
+
+    Kahn's algorithm, iterative: a 10,000-call chain listed in any order costs no recursion.
+    """
+    waiting = {c.id: len(set(c.depends_on)) for c in calls}
+    dependants: dict[str, list[str]] = {c.id: [] for c in calls}
+    for call in calls:
+        for dep in set(call.depends_on):
+            if dep in dependants:
+                dependants[dep].append(call.id)
+    depth = {c.id: 0 for c in calls}
+    ready = [cid for cid, n in waiting.items() if n == 0]
+    done = 0
+    while ready:
+        cid = ready.pop()
+        done += 1
+        for dependant in dependants[cid]:
+            depth[dependant] = max(depth[dependant], depth[cid] + 1)
+            waiting[dependant] -= 1
+            if waiting[dependant] == 0:
+                ready.append(dependant)
+    return depth if done == len(waiting) else None
 
 
 def _find_cycle(calls: Sequence[ToolCall]) -> list[str] | None:
+    """A dependency cycle as ``[a, b, …, a]``, or None; an iterative depth-first search."""
     graph = {c.id: [d for d in c.depends_on if d != c.id] for c in calls}
-    state: dict[str, int] = {}  # 1 visiting, 2 done
-    path: list[str] = []
-
-    def visit(node: str) -> list[str] | None:
-        state[node] = 1
-        path.append(node)
-        for nxt in graph.get(node, ()):
-            if state.get(nxt) == 1:
+    state: dict[str, int] = {}  # 1 on the current path, 2 done
+    for root in graph:
+        if root in state:
+            continue
+        path: list[str] = [root]
+        branches = [iter(graph[root])]
+        state[root] = 1
+        while branches:
+            nxt = next(branches[-1], None)
+            if nxt is None:
+                state[path.pop()] = 2
+                branches.pop()
+            elif state.get(nxt) == 1:
                 return [*path[path.index(nxt) :], nxt]
-            if nxt in graph and state.get(nxt) is None and (found := visit(nxt)):
-                return found
-        path.pop()
-        state[node] = 2
-        return None
-
-    for node in graph:
-        if state.get(node) is None and (found := visit(node)):
-            return found
+            elif nxt in graph and nxt not in state:
+                state[nxt] = 1
+                path.append(nxt)
+                branches.append(iter(graph[nxt]))
     return None
 
 
@@ -442,13 +465,17 @@ class TurnRunner:
         )  # fmt: skip
         self._publish(started)
         ready = [_Ready(c, dict(c.args)) for c in turn.roots]
-        if self.stop is None:
-            cut = await self._run_calls(ready)
-        else:
-            async with anyio.create_task_group() as watcher:
-                watcher.start_soon(self._watch_stop, self.stop)
+        try:
+            if self.stop is None:
                 cut = await self._run_calls(ready)
-                watcher.cancel_scope.cancel()
+            else:
+                async with anyio.create_task_group() as watcher:
+                    watcher.start_soon(self._watch_stop, self.stop)
+                    cut = await self._run_calls(ready)
+                    watcher.cancel_scope.cancel()
+        except anyio.get_cancelled_exc_class():  # the caller was cancelled: the engine or host stops
+            self._interrupted(start)
+            raise
         now = clock()
         stopped = self.stopped
         unfinished: tuple[str, ...] = ()
@@ -487,9 +514,48 @@ class TurnRunner:
             executed=executed, duration_ms=(now - start) * 1000.0, outcome=result._outcome(executed, ok),
         )  # fmt: skip
         self._publish(finished)
-        if engine.recorder is not None:
-            await engine.recorder.turn_finished(turn_id)  # durable when run_turn returns
+        if engine.recorder is not None:  # durable when run_turn returns, or it says it is not
+            problem = await engine.recorder.turn_finished(turn_id)
+            if problem is not None:
+                raise TurnNotPersisted(problem.path, problem.problem, result)
         return result
+
+    def _interrupted(self, start: float) -> None:
+        """End the turn's record as ``interrupted``: its caller was cancelled mid-turn.
+
+        Nothing can be awaited any more; the events are published so that a recorder stores
+        the turn as finished, with the calls that were in flight, instead of running for ever.
+        """
+        engine, turn = self.engine, self.turn
+        now = engine.clock()
+        unfinished = tuple(cid for cid in turn.ids if cid not in self.outcomes)
+        in_flight = tuple(cid for cid in unfinished if cid in self.launched)
+        self._publish(
+            TurnInterrupted(
+                at=engine.wall_clock(),
+                t=now,
+                turn_id=self.turn_id,
+                in_flight=in_flight,
+                unfinished=unfinished,
+            )
+        )
+        outcomes = dict(self.outcomes)
+        for cid in unfinished:
+            call = self.calls[cid]
+            launched = cid in self.launched
+            reason = "in flight when the turn's caller was cancelled" if launched else "never started"
+            outcomes[cid] = CallOutcome(
+                cid, call.tool, CallStatus.INTERRUPTED, reason=reason, launched=launched
+            )
+        ordered = [outcomes[cid] for cid in turn.ids]
+        self._publish(
+            TurnFinished(
+                at=engine.wall_clock(), t=now, turn_id=self.turn_id,
+                statuses={o.call_id: o.status.value for o in ordered}, summary=summarize(ordered),
+                executed=sum(o.executed for o in ordered), duration_ms=(now - start) * 1000.0,
+                outcome="interrupted",
+            )
+        )  # fmt: skip
 
     def _sort_trace(self) -> None:
         """Put the trace in canonical order (see :meth:`_trace_order`).
@@ -526,20 +592,22 @@ class TurnRunner:
         Returns whether the deadline (or a stop) cut the turn off.
         """
         timeouts = self.engine.timeouts
-        async with self.engine.new_task_group() as self._tasks:
-            scope, bucket = self._tasks.cancel_scope, None
-            if self.stopped:  # the stop came before the calls started
-                scope.cancel()
-            if self.deadline is not None and self.turn.deadline_s is not None:
-                if timeouts.running:  # one supervisor enforces every deadline: no timer per turn
-                    bucket = timeouts.watch(self.turn.deadline_s, scope, self.deadline)
-                else:
-                    scope.deadline = self.deadline
-            try:
+        bucket = None
+        try:
+            async with self.engine.new_task_group() as self._tasks:
+                scope = self._tasks.cancel_scope
+                if self.stopped:  # the stop came before the calls started
+                    scope.cancel()
+                if self.deadline is not None and self.turn.deadline_s is not None:
+                    if timeouts.running:  # one supervisor enforces every deadline: no timer per turn
+                        bucket = timeouts.watch(self.turn.deadline_s, scope, self.deadline)
+                    else:
+                        scope.deadline = self.deadline
                 await self._start(ready)
-            finally:
-                if bucket is not None:
-                    timeouts.done(bucket, scope)
+        finally:
+            # Only once every call has ended: the first call's end is not the turn's.
+            if bucket is not None:
+                timeouts.done(bucket, scope)
         return scope.cancelled_caught
 
     async def _watch_stop(self, stop: anyio.Event) -> None:
@@ -552,21 +620,27 @@ class TurnRunner:
         self.engine.publish(event, self.trace.events)
 
     async def _start(self, ready: list[_Ready]) -> None:
-        """Run ready calls: all but the first in new tasks, the first in this one.
+        """Run ready calls: all but the first in new tasks, the first in this one."""
+        if ready:
+            await self._lane(*self._launch(ready))
+
+    def _launch(self, ready: list[_Ready]) -> tuple[_Ready, CallContext]:
+        """Start all but the first ready call in new tasks; returns the first, for this task to run.
 
         Launch order (and so call ordinals) is decided here, synchronously: deterministic
         whatever order the tasks then run in.
         """
-        if not ready:
-            return
         contexts = [self._context(item.call) for item in ready]
         assert self._tasks is not None
         for item, ctx in zip(ready[1:], contexts[1:], strict=True):
             self._tasks.start_soon(self._lane, item, ctx, name=_LANE_TASK)
-        await self._lane(ready[0], contexts[0])
+        return ready[0], contexts[0]
 
     async def _lane(self, item: _Ready, ctx: CallContext) -> None:
-        """Run a call; then carry on in this task with what it released (a task saved per edge)."""
+        """Run a call; then carry on in this task with what it released (a task saved per edge).
+
+        A loop, not recursion: a chain of any length runs in one task at constant stack depth.
+        """
         execute, handler, dependants = self.engine.execute, self.handler, self.dependants
         while True:
             call = item.call
@@ -581,9 +655,9 @@ class TurnRunner:
             if not ready:
                 return
             if len(ready) > 1:
-                await self._start(ready)
-                return
-            item, ctx = ready[0], self._context(ready[0].call)
+                item, ctx = self._launch(ready)
+            else:
+                item, ctx = ready[0], self._context(ready[0].call)
 
     def _context(self, call: ToolCall) -> CallContext:
         self.launched.add(call.id)
@@ -594,15 +668,27 @@ class TurnRunner:
         )  # fmt: skip
 
     def _settle(self, call_id: str, ready: list[_Ready]) -> None:
-        """A call is final: resolve the dependants that were waiting only for it."""
-        waiting = self.waiting
-        for dependant in self.dependants[call_id]:
-            waiting[dependant] -= 1
-            if not waiting[dependant]:
-                self._resolve(self.calls[dependant], ready)
+        """A call is final: resolve the dependants that were waiting only for it, transitively.
 
-    def _resolve(self, call: ToolCall, ready: list[_Ready]) -> None:
-        """Every dependency of ``call`` is final: run it, run it with its default, or cascade."""
+        Depth-first like the recursion it replaces (so launch order is unchanged), on an explicit
+        stack: a cascade through 10,000 calls costs no Python recursion.
+        """
+        waiting, dependants, calls = self.waiting, self.dependants, self.calls
+        stack = [iter(dependants[call_id])]
+        while stack:
+            dependant = next(stack[-1], None)
+            if dependant is None:
+                stack.pop()
+                continue
+            waiting[dependant] -= 1
+            if not waiting[dependant] and self._resolve(calls[dependant], ready):
+                stack.append(iter(dependants[dependant]))  # blocked: final too, its dependants next
+
+    def _resolve(self, call: ToolCall, ready: list[_Ready]) -> bool:
+        """Every dependency of ``call`` is final: run it, run it with its default, or cascade.
+
+        Returns whether the call was blocked (skipped or escalated): final without running.
+        """
         outcomes = self.outcomes
         failed: tuple[str, ...] = ()
         for dep in call.depends_on:
@@ -614,7 +700,7 @@ class TurnRunner:
             args[param] = outcome.value if outcome.ok else call.default
         if not failed:
             ready.append(_Ready(call, args))
-            return
+            return False
         now = self.engine.clock()
         engine = self.engine
         why = "; ".join(f"{d} {self.outcomes[d].status.replace('_', ' ')}" for d in failed)
@@ -626,7 +712,7 @@ class TurnRunner:
                 )
             )  # fmt: skip
             ready.append(_Ready(call, args, used_default=True))
-            return
+            return False
         engine.metrics.tool(call.tool).on_skipped(now)
         status = CallStatus.SKIPPED if call.optional else CallStatus.ESCALATED
         if call.optional:
@@ -641,7 +727,7 @@ class TurnRunner:
             )
         )  # fmt: skip
         self.outcomes[call.id] = CallOutcome(call.id, call.tool, status, reason=reason)
-        self._settle(call.id, ready)
+        return True
 
     def _cut_off(self, call: ToolCall, *, stopped: bool) -> None:
         launched = call.id in self.launched
@@ -678,6 +764,7 @@ _PROBLEM_VERBS = {
     CallStatus.SKIPPED: "was skipped",
     CallStatus.ESCALATED: "could not run",
     CallStatus.CANCELED: "was canceled",
+    CallStatus.INTERRUPTED: "was interrupted",
 }
 
 
@@ -701,7 +788,9 @@ def summarize(outcomes: Iterable[CallOutcome]) -> str:
             names = problems.setdefault(_PROBLEM_VERBS[o.status], [])
             if name not in names:
                 names.append(name)
-    trouble = [f"{_join(names)} {verb}" for verb, names in problems.items()]
+    trouble = [
+        f"{_join(names)} {_plural(verb) if len(names) > 1 else verb}" for verb, names in problems.items()
+    ]
     if not done and not trouble:
         return "Nothing to do."
     if not trouble:
@@ -710,6 +799,11 @@ def summarize(outcomes: Iterable[CallOutcome]) -> str:
         text = _join(trouble)
         return f"{text[0].upper()}{text[1:]}."
     return f"Completed {_join(done)}, but {_join(trouble)}."
+
+
+def _plural(verb: str) -> str:
+    """ "was skipped" → "were skipped": several tools share one verb."""
+    return f"were {verb[4:]}" if verb.startswith("was ") else verb
 
 
 def _join(items: list[str]) -> str:

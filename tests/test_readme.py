@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import ast
+import inspect
+import json
 import re
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-import trio.testing
 
+from engine import Engine
+from engine.demo import DEMO_TOOLS
 from engine.events import BreakerTripped, vocabulary_markdown
 from engine.store import TraceStore
 
@@ -29,26 +34,32 @@ def test_ci_runs_exactly_the_readme_test_command() -> None:
     assert command.group(1) in ci
 
 
-def run_example(example: str, monkeypatch: pytest.MonkeyPatch, cwd: Path = ROOT) -> None:
-    real_run = anyio.run
+def run_example(example: str, monkeypatch: pytest.MonkeyPatch, cwd: Path = ROOT, **given: Any) -> Any:
+    """Run a README example as written, on the real clock, in ``cwd``.
 
-    def on_virtual_time(fn: Any, *args: Any, **options: Any) -> Any:
-        if options:  # a caller that picks its own backend (a replay) keeps it
-            return real_run(fn, *args, **options)
-        clock = trio.testing.MockClock(autojump_threshold=0)
-        return real_run(fn, *args, backend="trio", backend_options={"clock": clock})
-
+    A fragment (top-level ``await``, names defined elsewhere in README) runs with ``given``
+    in scope, in an event loop of its own; its namespace is returned.
+    """
     monkeypatch.chdir(cwd)
-    monkeypatch.setattr(anyio, "run", on_virtual_time)
-    exec(compile(example, "README.md", "exec"), {"__name__": "readme"})
+    namespace: dict[str, Any] = {"__name__": "readme", **given}
+    code = compile(example, "README.md", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    if code.co_flags & inspect.CO_COROUTINE:
+        anyio.run(partial(eval, code, namespace))
+    else:
+        exec(code, namespace)
+    return namespace
 
 
 def runnable_examples() -> list[str]:
     return [block for block in code_blocks("python") if "anyio.run(main)" in block]
 
 
-def test_every_complete_example_is_run_here() -> None:
-    assert len(runnable_examples()) == 4
+def fragments() -> list[str]:
+    return [block for block in code_blocks("python") if "anyio.run(main)" not in block]
+
+
+def test_every_python_example_is_run_here() -> None:
+    assert (len(runnable_examples()), len(fragments())) == (4, 2)
 
 
 def test_the_api_example_runs(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
@@ -97,3 +108,47 @@ def test_the_operator_commands_example_runs(
         assert (tripped.tool_id, tripped.actor, tripped.reason) == (
             "hotel_search", "operator:ana", "vendor maintenance",
         )  # fmt: skip
+
+
+def demo_engine_here() -> Engine:
+    engine = Engine(ROOT / "manifests")
+    for name, tool in DEMO_TOOLS.items():
+        engine.register(name, tool)
+    return engine
+
+
+def test_the_tool_call_executor_fragment_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    (executor,) = [block for block in fragments() if "ToolCallExecutor" in block]
+    args = {"origin": "SFO", "destination": "JFK"}
+    openai_message = {
+        "role": "assistant",
+        "tool_calls": [
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "flight_search", "arguments": json.dumps(args)},
+            }
+        ],
+    }
+    anthropic_message = {
+        "role": "assistant",
+        "content": [{"type": "tool_use", "id": "toolu_1", "name": "flight_search", "input": args}],
+    }
+    done = run_example(
+        executor, monkeypatch, engine=demo_engine_here(), openai_message=openai_message,
+        anthropic_message=anthropic_message,
+    )  # fmt: skip
+    (reply,) = done["messages"]
+    assert (reply["role"], reply["tool_call_id"]) == ("tool", "call_1")
+    (result,) = done["user_message"]["content"]
+    assert (result["type"], result["tool_use_id"], result.get("is_error", False)) == (
+        "tool_result",
+        "toolu_1",
+        False,
+    )
+
+
+def test_the_streaming_fragment_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    (streaming,) = [block for block in fragments() if "engine.stream" in block]
+    done = run_example(streaming, monkeypatch, engine=demo_engine_here())
+    assert done["chunk"] == {"page": 2, "query": "hotels in Lisbon"}, "every page was read"

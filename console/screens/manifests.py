@@ -74,7 +74,9 @@ class ManifestScreen(ConsoleScreen):
         log = self.query_one("#changes", DataTable)
         log.clear()
         for change in reversed(model.manifest_changes):
-            what = change.what if not change.errors else f"rejected ({len(change.errors)} error(s))"
+            what = change.what
+            if change.what == "rejected" and change.errors:
+                what = f"rejected ({len(change.errors)} error(s))"
             log.add_row(
                 render.clock(change.at) if change.at else "—", what, change.tool_id or "—",
                 f"v{change.version}" if change.version is not None else "—",

@@ -28,7 +28,7 @@ from engine.events import ToolResultSent
 from engine.store import StoredTurn, TraceStore, TraceStoreError, TurnPage, TurnRow
 
 PAGE = 50
-OUTCOMES = ("ok", "degraded", "failed", "timed_out", "canceled", "running")
+OUTCOMES = ("ok", "degraded", "failed", "timed_out", "canceled", "interrupted", "running")
 REFRESH_S = 2.0
 """The first page is queried again this often while shown: new turns appear."""
 

@@ -21,6 +21,7 @@ STATUS_STYLE = {
     "skipped": "$foreground-muted",
     "timed out": "bold $warning",
     "canceled": "$foreground-muted",
+    "interrupted": "bold $warning",
     "running": "$primary",
     "pending": "$foreground-muted",
 }
@@ -31,6 +32,7 @@ OUTCOME_STYLE = {
     "failed": "$error",
     "timed_out": "$error",
     "canceled": "$foreground-muted",
+    "interrupted": "$warning",
     "running": "$primary",
 }
 

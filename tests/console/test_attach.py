@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -33,8 +32,8 @@ from engine.demo import DEMO_TOOLS
 from engine.events import BreakerOpened, BreakerTripped, Event
 from engine.store import TraceStore, TraceStoreError
 from tests.console import factory as f
+from tests.serving import served
 
-ROOT = Path(__file__).parents[2]
 SIZE = (140, 40)
 
 
@@ -305,6 +304,7 @@ def test_bad_input_is_one_line_and_exit_2(
 def test_console_attach_builds_the_app_on_an_attached_link(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     built: list[ConsoleApp] = []
     monkeypatch.setattr(ConsoleApp, "run", lambda app, *args, **kwargs: built.append(app))
+    monkeypatch.setattr("console.cli.terminal_problem", lambda: None)  # as if in a terminal
     assert main(["console", "--attach", str(db), "--read-only", "--refresh-hz", "5"]) == 0
     (app,) = built
     link = app.link
@@ -353,27 +353,8 @@ async def select(pilot: Pilot[None], tool_id: str) -> None:
 
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], Path]]:
-    db = tmp_path / "traces.db"
-    command = [
-        sys.executable,
-        "-m",
-        "console",
-        "serve",
-        "--manifests",
-        str(ROOT / "manifests"),
-        "--traces",
-        str(db),
-    ]
-    with open(tmp_path / "serve.log", "w") as log:  # a pipe nobody reads could fill and stall it
-        process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=log, text=True)
-    try:
-        yield process, db
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait(10)
-        if process.stdout is not None:
-            process.stdout.close()
+    with served(tmp_path) as running:
+        yield running
 
 
 @pytest.mark.asyncio

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,9 +14,10 @@ ROOT = Path(__file__).parents[2]
 DEMO = ROOT / "manifests" / "demo" / "scenario.yaml"
 
 
-def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
+def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
     assert main([*argv, "--json", "--no-record"]) == 0
-    return json.loads(capsys.readouterr().out)
+    report: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return report
 
 
 def test_the_demo_scenario_reaches_every_outcome(capsys: pytest.CaptureFixture[str]) -> None:
@@ -50,8 +52,8 @@ def test_runs_are_identical_on_the_virtual_clock(capsys: pytest.CaptureFixture[s
 def test_the_human_report_has_summaries_and_metrics(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--manifests", str(ROOT / "manifests"), "--no-record"]) == 0
     out = capsys.readouterr().out
-    assert "Completed hotel search, but activity search and create itinerary timed out." in out.replace(
-        "\n", " "
+    assert "Completed hotel search, but activity search and create itinerary timed out." in " ".join(
+        out.split()
     )
     assert "per-tool metrics" in out
     assert "injected faults:" in out
@@ -85,7 +87,7 @@ def test_bad_input_is_one_line_on_stderr_and_exit_2(
 
 
 def test_a_broken_manifest_directory_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    (tmp_path / "x.yaml").write_text("tool:\n  id: x\n  timeout_ms: fast\n")
+    (tmp_path / "x.yaml").write_text("tool:\n  id: x\n  timeout_ms: fast\n  side_effect: read_only\n")
     assert main(["run", str(DEMO), "--manifests", str(tmp_path), "--no-record"]) == 2
     (line,) = capsys.readouterr().err.splitlines()
     problem = "tool.timeout_ms: Input should be a valid number, unable to parse string as a number"
@@ -98,3 +100,28 @@ def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
     assert done.value.code == 0
     out = capsys.readouterr().out
     assert "run" in out and "demo" in out
+
+
+def test_the_report_is_readable_at_80_columns(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")  # a pipe's width too
+    report = run_json(capsys, "demo", "--manifests", str(ROOT / "manifests"))
+    assert main(["demo", "--manifests", str(ROOT / "manifests"), "--no-record"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    assert not any("…" in line for line in lines), "no header or value cut short"
+    for turn in report["turns"]:
+        assert any(line.startswith(f"{turn['turn_id']}  +") for line in lines)
+        for call_id, outcome in turn["outcomes"].items():
+            assert any(line.split()[:2] == [call_id, outcome["tool"]] for line in lines)
+    for tool in report["metrics"]:
+        assert sum(line.split()[:1] == [tool] for line in lines) >= 2, "each metrics table names the tool"
+
+
+def test_a_usage_error_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["traces", "list", "--limit", "many"])
+    assert done.value.code == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == "tripwire: argument --limit: invalid int value: 'many' (see `tripwire traces list --help`)"

@@ -58,8 +58,9 @@ def test_a_workload_that_cannot_load_says_why_in_one_line(spec: str, problem: st
 
 
 def test_the_command_line_refuses_a_bad_workload_before_any_screen(
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr("console.cli.terminal_problem", lambda: None)  # as if in a terminal
     assert main(["console", "--workload", "json:dumps", "--no-record"]) == 2
     assert capsys.readouterr().err.startswith("tripwire: --workload 'json:dumps': dumps must be")
 

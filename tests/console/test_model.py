@@ -21,7 +21,7 @@ from console.model import (
 )
 from engine.breaker import BreakerState
 from engine.demo import demo_engine
-from engine.events import AttemptFailed, Event
+from engine.events import AttemptFailed, Event, ManifestRefused
 from engine.faults import FaultInjector
 from engine.kinds import ErrorKind
 from engine.metrics import LATENCY_PRECISION, ToolStats
@@ -378,3 +378,10 @@ def test_the_live_demo_shows_every_behaviour_within_its_first_minute() -> None:
             "CallEscalated", "DefaultUsed", "AlternativeUsed", "CallRejected"} <= kinds  # fmt: skip
     backoffs = [e.delay_ms for e in first_minute if isinstance(e, AttemptFailed) and e.decision == "retry"]
     assert backoffs and all(d is not None and d > 0 for d in backoffs)
+
+
+def test_a_refused_manifest_file_is_listed_with_the_rejected_ones() -> None:
+    refused = ManifestRefused(at=0.0, t=0.0, path="manifests/x.yaml", reason="not a regular file (a FIFO)")
+    model = fold(refused)
+    change = model.rejected["manifests/x.yaml"]
+    assert (change.what, change.errors) == ("refused", ("not a regular file (a FIFO)",))

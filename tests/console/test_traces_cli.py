@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -11,6 +14,7 @@ from console.cli import main
 
 ROOT = Path(__file__).parents[2]
 MANIFESTS = str(ROOT / "manifests")
+OUTCOMES = {"ok", "degraded", "failed", "timed_out", "canceled", "running"}
 
 
 @pytest.fixture(scope="module")
@@ -20,9 +24,10 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def out_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
+def out_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
     assert main(list(argv)) == 0
-    return json.loads(capsys.readouterr().out)
+    parsed: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return parsed
 
 
 def turn_ids(capsys: pytest.CaptureFixture[str], store: Path, *extra: str) -> list[str]:
@@ -128,3 +133,172 @@ def test_bad_input_is_one_line_and_exit_2(
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("tripwire: ") and expected in line
     assert garbage.read_bytes() == b"not a database at all" * 100, "never overwritten"
+
+
+# --- export never destroys anything (issue 10, item 6) ------------------------------------------
+
+
+def export(store: Path, target: Path | str, *extra: str) -> int:
+    return main(["traces", "export", "--traces", str(store), "-o", str(target), *extra])
+
+
+def only_line(capsys: pytest.CaptureFixture[str]) -> str:
+    captured = capsys.readouterr()
+    (line,) = captured.err.splitlines()
+    assert "Traceback" not in captured.err
+    return line
+
+
+def another_path_to(store: Path, tmp: Path, kind: str) -> Path:
+    """The store, or its write-ahead log, under another name."""
+    if kind == "dot-dot":
+        return store.parent / ".." / store.parent.name / store.name
+    if kind == "symlink":
+        (tmp / "link.db").symlink_to(store)
+        return tmp / "link.db"
+    if kind == "hard-link":
+        os.link(store, tmp / "hard.db")
+        return tmp / "hard.db"
+    if kind == "its-wal":
+        return Path(f"{store}-wal")
+    return store
+
+
+@pytest.mark.parametrize("kind", ["itself", "dot-dot", "symlink", "hard-link", "its-wal"])
+@pytest.mark.parametrize("force", [False, True])
+def test_export_never_writes_onto_the_store_it_reads(
+    store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str, force: bool
+) -> None:
+    before = store.read_bytes()
+    target = another_path_to(store, tmp_path, kind)
+    assert export(store, target, *(["--force"] if force else [])) == 2
+    assert "is the trace store being exported" in only_line(capsys)
+    assert store.read_bytes() == before, "not a byte changed"
+    assert len(turn_ids(capsys, store)) == 6
+
+
+def test_export_refuses_an_existing_file_unless_forced(
+    store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "mine.jsonl"
+    target.write_text("precious\n")
+    target.chmod(0o644)
+    assert export(store, target) == 2
+    assert only_line(capsys) == f"tripwire: -o {target}: already exists; add --force to replace it"
+    assert target.read_text() == "precious\n"
+    assert export(store, target, "--force") == 0
+    assert "events written to" in capsys.readouterr().err
+    assert json.loads(target.read_text().splitlines()[0])["event_type"]
+    assert target.stat().st_mode & 0o777 == 0o600, "a new file, owner-only"
+
+
+def test_export_creates_its_file_owner_only_and_leaves_no_temporary_file(
+    store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "new.jsonl"
+    assert export(store, target) == 0
+    assert target.stat().st_mode & 0o777 == 0o600
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["new.jsonl"]
+
+
+def test_a_failed_export_leaves_the_target_as_it_was(
+    store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "mine.jsonl"
+    target.write_text("precious\n")
+    assert main(["traces", "export", "nope", "--traces", str(store), "-o", str(target), "--force"]) == 2
+    assert "no turn 'nope'" in only_line(capsys)
+    assert target.read_text() == "precious\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.jsonl"], "no temporary file left"
+    assert main(["traces", "export", "nope", "--traces", str(store), "-o", str(tmp_path / "new.jsonl")]) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.jsonl"], "no empty file either"
+
+
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [
+        ("{tmp}", "tripwire: -o {tmp}: is a directory; name a file to write"),
+        ("{tmp}/missing/dir/x.jsonl",
+         "tripwire: -o {tmp}/missing/dir/x.jsonl: no such directory: {tmp}/missing/dir"),
+        ("/dev/null", "tripwire: -o /dev/null: not a regular file; leave out -o to write to stdout"),
+    ],
+)  # fmt: skip
+def test_export_to_a_directory_or_nowhere_is_one_line(
+    store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], target: str, expected: str
+) -> None:
+    assert export(store, target.format(tmp=tmp_path), "--force") == 2
+    assert only_line(capsys) == expected.format(tmp=tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+# --- numbers in range, nothing deleted (issue 10, item 10) ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["traces", "list", "--limit", "0"], "tripwire: --limit must be from 1 to 10000, got 0"),
+        (["traces", "list", "--limit", "-5"], "tripwire: --limit must be from 1 to 10000, got -5"),
+        (["traces", "list", "--limit", "99999999999999999999"],
+         "tripwire: --limit must be from 1 to 10000, got 99999999999999999999"),
+        (["traces", "prune", "--keep", "-1"], "tripwire: --keep must be at least 1, got -1"),
+        (["traces", "prune", "--keep", "0"], "tripwire: --keep must be at least 1, got 0"),
+        (["traces", "prune", "--keep", "99999999999999999999"], "tripwire: --keep must be at most"),
+        (["traces", "prune", "--older-than", "0s"], "tripwire: --older-than must be longer than 0"),
+    ],
+)  # fmt: skip
+def test_numbers_out_of_range_are_one_line_and_delete_nothing(
+    tmp_path: Path, store: Path, capsys: pytest.CaptureFixture[str], argv: list[str], expected: str
+) -> None:
+    copy = tmp_path / "copy.db"
+    shutil.copyfile(store, copy)
+    before = copy.read_bytes()
+    assert main([*argv, "--traces", str(copy)]) == 2
+    assert only_line(capsys).startswith(expected)
+    assert copy.read_bytes() == before
+    assert len(turn_ids(capsys, copy)) == 6
+
+
+# --- readable at 80 columns and in a pipe (issue 10, item 10) ------------------------------------
+
+
+def test_at_80_columns_every_turn_id_is_whole_on_one_line(
+    store: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ids = turn_ids(capsys, store)
+    monkeypatch.setenv("COLUMNS", "80")  # what a pipe gets too: Rich's width when not a terminal
+    assert main(["traces", "list", "--traces", str(store)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for turn_id in ids:
+        (line,) = [line for line in lines if turn_id in line]
+        assert line.split()[2] == turn_id
+    assert all(len(line) <= 80 for line in lines[1:]), "the rows fit (the title names a long tmp path)"
+
+
+def test_a_turn_id_wider_than_the_terminal_stays_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    long_id = "a-turn-whose-id-is-wider-than-an-80-column-terminal-" + "x" * 40
+    scenario = tmp_path / "long.yaml"
+    scenario.write_text(
+        f"scenario:\n  turns:\n    - id: {long_id}\n      calls: [{{id: a, tool: hotel_search}}]\n"
+    )
+    store = tmp_path / "t.db"
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["run", str(scenario), "--manifests", MANIFESTS, "--traces", str(store)]) == 0
+    headings = [line.split() for line in capsys.readouterr().out.splitlines() if long_id in line]
+    assert [h[0].endswith(f"/{long_id}") and h[1].startswith("+") for h in headings] == [True]
+    assert main(["traces", "list", "--traces", str(store)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    (row,) = [line for line in lines if long_id in line]
+    assert row.split()[2].endswith(f"/{long_id}") and row.split()[3] in OUTCOMES, "one line, whole"
+    assert all(len(line) <= 80 for line in lines if line.startswith("    ")), "the summary goes under it"
+
+
+def test_show_keeps_the_turn_id_whole_even_when_it_is_wider_than_the_terminal(
+    store: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    turn_id = turn_ids(capsys, store)[0]
+    monkeypatch.setenv("COLUMNS", str(len(turn_id) - 5))
+    assert main(["traces", "show", turn_id, "--traces", str(store)]) == 0
+    assert capsys.readouterr().out.splitlines()[0].startswith(f"{turn_id}  ok")

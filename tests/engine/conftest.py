@@ -1,9 +1,19 @@
-"""Helpers for engine tests: scripted tools, an event recorder and a deterministic engine."""
+"""Helpers for engine tests: scripted tools, an event recorder and a deterministic engine.
+
+Engine modes: a test that builds its engine with ``await new_engine(...)`` runs in every mode
+the engine runs in — not started, and started with ``async with engine`` (as the console and
+``tripwire serve`` run it) — on each backend of ``anyio_backend``: four runs. A test limits
+its modes with ``@pytest.mark.engine_modes("started", reason=...)``.
+"""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import random
 from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from contextvars import ContextVar
 from typing import Any
 
 import anyio
@@ -75,6 +85,84 @@ def after(seconds: float, outcome: Any) -> Any:
 
 def make_engine(*manifests: ToolManifest, seed: int = 7, **kwargs: Any) -> Engine:
     return Engine(manifests, rng=random.Random(seed), wall_clock=lambda: WALL, **kwargs)
+
+
+ENGINE_MODES = ("unstarted", "started")
+_started_engines: ContextVar[AsyncExitStack | None] = ContextVar("started_engines", default=None)
+
+
+async def new_engine(*manifests: ToolManifest, seed: int = 7, **kwargs: Any) -> Engine:
+    """:func:`make_engine`, in the test's engine mode: started (until the test ends) or not."""
+    engine = make_engine(*manifests, seed=seed, **kwargs)
+    stack = _started_engines.get()
+    if stack is not None:
+        await stack.enter_async_context(engine)
+    return engine
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "engine_modes(*modes, reason): the engine modes a new_engine test runs in, and why"
+    )
+
+
+def _builds_engine(code: Any, module: dict[str, Any], seen: set[Any]) -> bool:
+    """Does this code call ``new_engine``, itself or through the module's helpers?"""
+    if code in seen:
+        return False
+    seen.add(code)
+    for name in code.co_names:
+        if name == "new_engine":
+            return True
+        helper = module.get(name)
+        if inspect.isfunction(helper) and _builds_engine(helper.__code__, module, seen):
+            return True
+    nested = (c for c in code.co_consts if inspect.iscode(c))
+    return any(_builds_engine(c, module, seen) for c in nested)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    function = metafunc.function
+    if not inspect.iscoroutinefunction(function):
+        return
+    if not _builds_engine(function.__code__, function.__globals__, set()):
+        return
+    marker = metafunc.definition.get_closest_marker("engine_modes")
+    modes = marker.args if marker is not None else ENGINE_MODES
+    if marker is not None and not marker.kwargs.get("reason"):
+        raise pytest.UsageError(f"{metafunc.definition.nodeid}: engine_modes needs a reason")
+    if "engine_mode" not in metafunc.fixturenames:
+        metafunc.fixturenames.append("engine_mode")
+    metafunc.parametrize("engine_mode", modes, indirect=True)
+
+
+@pytest.fixture
+def engine_mode(request: pytest.FixtureRequest) -> str:
+    mode: str = request.param
+    return mode
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run each started-mode test inside a stack that its engines are started on."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is None or callspec.params.get("engine_mode") != "started":
+            continue
+        assert isinstance(item, pytest.Function)
+        item.obj = _with_started_engines(item.obj)
+
+
+def _with_started_engines(test: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    @functools.wraps(test)
+    async def run(*args: Any, **kwargs: Any) -> Any:
+        async with AsyncExitStack() as stack:  # in the test's own task: engines stop as it ends
+            token = _started_engines.set(stack)
+            try:
+                return await test(*args, **kwargs)
+            finally:
+                _started_engines.reset(token)
+
+    return run
 
 
 class Recorder(list[Event]):

@@ -23,7 +23,7 @@ from engine import (
     ToolManifest,
 )
 from engine.events import AttemptFailed
-from tests.engine.conftest import WALL, Scripted, hang, make_engine, recorded
+from tests.engine.conftest import WALL, Scripted, hang, make_engine, new_engine, recorded
 
 pytestmark = pytest.mark.anyio
 
@@ -37,7 +37,7 @@ class HTTPStatusError(Exception):
 
 
 async def test_success_returns_the_value_and_emits_start_and_success() -> None:
-    engine = make_engine()
+    engine = await new_engine()
     tool = engine.register("echo", Scripted("pong"))
     events = recorded(engine)
     assert await engine.call("echo", q="ping") == "pong"
@@ -52,7 +52,7 @@ async def test_success_returns_the_value_and_emits_start_and_success() -> None:
 # Autojump would advance virtual time while the worker thread runs; freeze the clock instead.
 @pytest.mark.parametrize("anyio_backend", [("trio", {"clock": trio.testing.MockClock()})])
 async def test_plain_functions_run_in_a_worker_thread() -> None:
-    engine = make_engine()
+    engine = await new_engine()
     engine.register("sync", lambda x: (x * 2, threading.get_ident()))
     value, thread = await engine.call("sync", x=21)
     assert value == 42
@@ -60,7 +60,7 @@ async def test_plain_functions_run_in_a_worker_thread() -> None:
 
 
 async def test_transient_failures_are_retried_with_backoff_until_success() -> None:
-    engine = make_engine()
+    engine = await new_engine()
     tool = engine.register("flaky", Scripted(ConnectionResetError(), TimeoutError(), "ok"))
     events = recorded(engine)
     result = await engine.try_call("flaky")
@@ -74,7 +74,7 @@ async def test_transient_failures_are_retried_with_backoff_until_success() -> No
 
 
 async def test_each_failed_attempt_tells_the_breakers_streak_after_it() -> None:
-    engine = make_engine()
+    engine = await new_engine()
     engine.register("flaky", Scripted(ConnectionResetError(), TimeoutError(), ValueError("bad"), "ok"))
     events = recorded(engine)
     await engine.try_call("flaky")
@@ -84,7 +84,7 @@ async def test_each_failed_attempt_tells_the_breakers_streak_after_it() -> None:
 
 
 async def test_permanent_errors_are_not_retried_and_raise_a_tool_error() -> None:
-    engine = make_engine()
+    engine = await new_engine()
     tool = engine.register("search", Scripted(ValueError("Invalid airport code: XYZ")))
     with pytest.raises(ToolError) as caught:
         await engine.call("search", origin="XYZ")
@@ -105,7 +105,7 @@ async def test_permanent_errors_are_not_retried_and_raise_a_tool_error() -> None
 
 
 async def test_final_error_carries_status_code_and_retry_after() -> None:
-    engine = make_engine(ToolManifest(id="api", retry_policy=RetryPolicy(max_attempts=1)))
+    engine = await new_engine(ToolManifest(id="api", retry_policy=RetryPolicy(max_attempts=1)))
     engine.register("api", Scripted(HTTPStatusError(429, {"Retry-After": "1"})))
     result = await engine.try_call("api")
     assert result.error is not None
@@ -116,7 +116,7 @@ async def test_final_error_carries_status_code_and_retry_after() -> None:
 
 async def test_per_tool_timeout_is_a_hard_stop_and_is_retried() -> None:
     manifest = ToolManifest(id="slow", timeout_ms=5000, retry_policy=RetryPolicy(max_total_time_ms=60_000))
-    engine = make_engine(manifest)
+    engine = await new_engine(manifest)
     tool = engine.register("slow", Scripted(hang, "fast"))
     events = recorded(engine)
     start = anyio.current_time()
@@ -168,14 +168,14 @@ async def test_supervised_timeouts_of_different_lengths_each_fire_on_time() -> N
 
 
 async def test_retry_after_within_budget_sets_the_delay() -> None:
-    engine = make_engine()
+    engine = await new_engine()
     tool = engine.register("api", Scripted(HTTPStatusError(503, {"retry-after-ms": "1500"}), "ok"))
     assert await engine.call("api") == "ok"
     assert tool.gaps() == [pytest.approx(1.5)]
 
 
 async def test_retry_after_beyond_budget_gives_up_at_once() -> None:
-    engine = make_engine()
+    engine = await new_engine()
     tool = engine.register("api", Scripted(HTTPStatusError(429, {"Retry-After": "30"})))
     events = recorded(engine)
     start = anyio.current_time()
@@ -189,7 +189,7 @@ async def test_retry_after_beyond_budget_gives_up_at_once() -> None:
 
 
 async def test_unknown_tool_fails_without_running_anything() -> None:
-    engine = make_engine()
+    engine = await new_engine()
     events = recorded(engine)
     with pytest.raises(ToolError) as caught:
         await engine.call("nope", a=1)
@@ -200,7 +200,7 @@ async def test_unknown_tool_fails_without_running_anything() -> None:
 
 async def test_open_breaker_rejects_without_attempting() -> None:
     manifest = ToolManifest(id="down", circuit_breaker=BreakerConfig(failure_threshold=2))
-    engine = make_engine(manifest)
+    engine = await new_engine(manifest)
     tool = engine.register("down", Scripted(ConnectionRefusedError()))
     events = recorded(engine)
     await engine.try_call("down")
@@ -218,7 +218,7 @@ async def test_open_breaker_rejects_without_attempting() -> None:
 
 async def test_one_breaker_is_shared_by_concurrent_calls_and_their_retries() -> None:
     manifest = ToolManifest(id="down", retry_policy=RetryPolicy(max_attempts=3, max_total_time_ms=60_000))
-    engine = make_engine(manifest)
+    engine = await new_engine(manifest)
     tool = engine.register("down", Scripted(ConnectionResetError(), duration=1.0))
     results = []
 
@@ -256,7 +256,7 @@ async def test_half_open_is_announced_by_the_timer_even_without_calls() -> None:
 
 async def test_a_thousand_callers_at_half_open_admit_exactly_one_probe() -> None:
     manifest = ToolManifest(id="svc", circuit_breaker=BreakerConfig(failure_threshold=1, timeout_ms=1000))
-    engine = make_engine(manifest)
+    engine = await new_engine(manifest)
     tool = engine.register("svc", Scripted(ConnectionResetError(), "recovered", duration=0.5))
     await engine.try_call("svc")
     await anyio.sleep(1.0)
@@ -303,7 +303,7 @@ async def test_a_hanging_probe_is_timed_out_counts_as_failure_and_never_sticks()
 
 async def test_a_probe_cancelled_from_outside_frees_the_slot() -> None:
     manifest = ToolManifest(id="svc", circuit_breaker=BreakerConfig(failure_threshold=1, timeout_ms=1000))
-    engine = make_engine(manifest)
+    engine = await new_engine(manifest)
     engine.register("svc", Scripted(ConnectionResetError(), hang, "ok"))
     await engine.try_call("svc")
     await anyio.sleep(1)
@@ -316,7 +316,7 @@ async def test_a_probe_cancelled_from_outside_frees_the_slot() -> None:
 
 
 async def test_cancellation_propagates_and_is_never_a_tool_failure() -> None:
-    engine = make_engine()
+    engine = await new_engine()
     engine.register("svc", Scripted(hang))
     events = recorded(engine)
     with anyio.move_on_after(1):
@@ -327,7 +327,7 @@ async def test_cancellation_propagates_and_is_never_a_tool_failure() -> None:
 
 async def test_side_effecting_tools_are_not_retried_after_ambiguous_failures() -> None:
     booking = ToolManifest(id="book", side_effect=SideEffect.SIDE_EFFECTING)
-    engine = make_engine(booking)
+    engine = await new_engine(booking)
     tool = engine.register("book", Scripted(ConnectionResetError(), "booked"))
     events = recorded(engine)
     result = await engine.try_call("book")
@@ -339,7 +339,7 @@ async def test_side_effecting_tools_are_not_retried_after_ambiguous_failures() -
 async def test_side_effecting_tools_retry_unambiguous_failures_and_opt_in_ambiguous_ones() -> None:
     refused = ToolManifest(id="refused", side_effect=SideEffect.SIDE_EFFECTING)
     opted_in = ToolManifest(id="opted", side_effect=SideEffect.SIDE_EFFECTING, retry_ambiguous=True)
-    engine = make_engine(refused, opted_in)
+    engine = await new_engine(refused, opted_in)
     engine.register("refused", Scripted(ConnectionRefusedError(), "ok"))
     engine.register("opted", Scripted(ConnectionResetError(), "ok"))
     assert await engine.call("refused") == "ok", "the request never left: safe to retry"
@@ -347,7 +347,7 @@ async def test_side_effecting_tools_retry_unambiguous_failures_and_opt_in_ambigu
 
 
 async def test_operator_actions_emit_events_naming_actor_and_reason() -> None:
-    engine = make_engine()
+    engine = await new_engine()
     tool = engine.register("svc", Scripted("ok"))
     events = recorded(engine)
     engine.trip("svc", actor="alice", reason="vendor outage")
@@ -367,7 +367,7 @@ async def test_operator_actions_emit_events_naming_actor_and_reason() -> None:
 
 
 async def test_failing_and_slow_subscribers_never_break_or_block_calls() -> None:
-    engine = make_engine()
+    engine = await new_engine()
     engine.register("svc", Scripted("ok"))
     release = threading.Event()
     seen: list[str] = []
@@ -392,7 +392,7 @@ async def test_failing_and_slow_subscribers_never_break_or_block_calls() -> None
 
 
 async def test_unsubscribe_stops_delivery() -> None:
-    engine = make_engine()
+    engine = await new_engine()
     engine.register("svc", Scripted("ok"))
     seen: list[Any] = []
     queued: list[Any] = []
@@ -410,7 +410,7 @@ async def test_unsubscribe_stops_delivery() -> None:
 
 async def test_every_call_ends_with_exactly_one_terminal_event() -> None:
     manifest = ToolManifest(id="svc", circuit_breaker=BreakerConfig(failure_threshold=3))
-    engine = make_engine(manifest)
+    engine = await new_engine(manifest)
     engine.register("svc", Scripted("ok", ConnectionResetError(), ValueError("bad"), ConnectionResetError()))
     events = recorded(engine)
     for _ in range(5):
@@ -435,7 +435,7 @@ async def test_backend_parity_on_asyncio() -> None:
 
 
 async def test_tool_names_are_checked_when_registered() -> None:
-    engine = make_engine()
+    engine = await new_engine()
     with pytest.raises(ValueError, match="tool name '_private' must match"):
         engine.register("_private", Scripted("x"))
     engine.register("ok_name", Scripted("x"))
@@ -447,7 +447,7 @@ async def test_tool_names_are_checked_when_registered() -> None:
 async def test_a_service_that_fails_to_start_leaves_nothing_running(tmp_path: Path) -> None:
     manifests = tmp_path / "manifests"
     manifests.mkdir()
-    (manifests / "svc.yaml").write_text("tool:\n  id: svc\n")
+    (manifests / "svc.yaml").write_text("tool:\n  id: svc\n  side_effect: idempotent\n")
     engine = Engine(manifests, watch=True)
     engine.register("svc", Scripted("ok"))
     shutil.rmtree(manifests)

@@ -3,7 +3,8 @@
 Each row is an exception factory and the expected kind, class, retryability and deciding
 rule. Provider SDK errors are small local fakes named like the real classes (the classifier
 matches by name and attributes, never by import); httpx, requests, anyio and trio errors
-are the real ones. A local HTTP server supplies real-wire 429/503 responses.
+are the real ones (aiohttp's and websockets' too, where installed). A local HTTP server
+supplies real-wire 429/503 responses, with and without provider JSON error bodies.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import errno
 import json
 import socket
 import threading
+import warnings
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
@@ -22,11 +24,15 @@ import httpx
 import pytest
 import requests
 import trio
+from typing_extensions import deprecated
 
 from engine.classify import ClassificationOverride, Rule, classify
+from engine.error_payload import MAX_RESPONSE_BODY_BYTES
 from engine.errors import ToolError
 from engine.kinds import ErrorClass, ErrorKind
 from engine.manifest import ToolManifest
+from engine.retry import RetryPolicy
+from tests.engine.conftest import Scripted, new_engine
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -55,10 +61,13 @@ def raised_from(outer: BaseException, cause: BaseException) -> BaseException:
 
 
 def httpx_status_error(
-    status: int, headers: dict[str, str] | None = None, url: str = "https://api.example.com/v1"
+    status: int,
+    headers: dict[str, str] | None = None,
+    url: str = "https://api.example.com/v1",
+    content: bytes | None = None,
 ) -> httpx.HTTPStatusError:
     request = httpx.Request("GET", url)
-    response = httpx.Response(status, headers=headers, request=request)
+    response = httpx.Response(status, headers=headers, request=request, content=content)
     return httpx.HTTPStatusError(f"HTTP status {status} for url {url}", request=request, response=response)
 
 
@@ -80,6 +89,7 @@ def os_error(code: int) -> OSError:
 class FakeResponse:
     status_code: int
     headers: dict[str, str]
+    body: object = None
 
 
 class AdvisedError(Exception):
@@ -219,6 +229,39 @@ PER_DAY = (
     "Quota exceeded for quota metric 'Generate Content API requests per day' and limit "
     "'GenerateContent request limit per day per project per model'"
 )
+
+# Raw HTTP error bodies as the providers' APIs send them (the SDKs unwrap them into ``.body``).
+OPENAI_QUOTA_BODY = {
+    "error": {
+        "message": "You exceeded your current quota, please check your plan and billing details.",
+        "type": "insufficient_quota",
+        "param": None,
+        "code": "insufficient_quota",
+    }
+}
+OPENAI_BILLING_BODY = {
+    "error": {"message": "Billing hard limit has been reached", "type": "invalid_request_error",
+              "code": "billing_hard_limit_reached"}
+}  # fmt: skip
+OPENAI_RATE_LIMIT_BODY = {
+    "error": {"message": "Rate limit reached for requests", "type": "requests",
+              "code": "rate_limit_exceeded"}
+}  # fmt: skip
+ANTHROPIC_OVERLOADED_BODY = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+ANTHROPIC_BILLING_BODY = {"type": "error", "error": {"type": "billing_error", "message": "Credit balance"}}
+
+
+def json_bytes(body: object) -> bytes:
+    return json.dumps(body).encode()
+
+
+def padded(body: dict[str, Any], size: int) -> bytes:
+    """``body`` as JSON, its error first, padded past ``size`` bytes."""
+    return json_bytes({**body, "padding": "x" * size})
+
+
+TOO_DEEP = b'{"a":' * 10_000 + b"1" + b"}" * 10_000
+"""Valid JSON under the size bound, nested past the parser's recursion limit."""
 
 
 # --- the table --------------------------------------------------------------------------------
@@ -424,6 +467,24 @@ ROWS: list[Row] = [
         K.QUOTA_EXCEEDED, P, False, Rule.BODY_TYPE, status_code=429,
     ),
     Row(
+        "body-openai-billing-code-refines-invalid-request-type",
+        lambda: FakeOpenAI.APIStatusError(
+            "Billing hard limit has been reached",
+            status_code=400,
+            body={"type": "invalid_request_error", "code": "billing_hard_limit_reached"},
+        ),
+        K.QUOTA_EXCEEDED, P, False, Rule.BODY_TYPE, status_code=400,
+    ),
+    Row(
+        "body-openai-model-not-found-code-refines-invalid-request-type",
+        lambda: FakeOpenAI.APIStatusError(
+            "The model `gpt-9` does not exist",
+            status_code=404,
+            body={"type": "invalid_request_error", "code": "model_not_found"},
+        ),
+        K.MODEL_ERROR, P, False, Rule.BODY_TYPE, status_code=404,
+    ),
+    Row(
         "body-openai-429-plain-rate-limit",
         lambda: FakeOpenAI.RateLimitError(
             "Rate limit reached for requests",
@@ -479,6 +540,83 @@ ROWS: list[Row] = [
     Row("body-mcp-v2-MCPError-invalid-params",
         lambda: MCPError(ErrorData(-32602, "Invalid params")),
         K.INVALID_PARAMETERS, P, False, Rule.BODY_TYPE),
+    # 4b. the same, read from the response an HTTP client's error carries (raise_for_status)
+    Row(
+        "body-response-httpx-429-insufficient-quota",
+        lambda: httpx_status_error(429, content=json_bytes(OPENAI_QUOTA_BODY)),
+        K.QUOTA_EXCEEDED, P, False, Rule.BODY_TYPE, status_code=429,
+        reason_has=("insufficient_quota", "read from the HTTP response"),
+    ),
+    Row(
+        "body-response-httpx-429-billing-hard-limit",
+        lambda: httpx_status_error(429, content=json_bytes(OPENAI_BILLING_BODY)),
+        K.QUOTA_EXCEEDED, P, False, Rule.BODY_TYPE, status_code=429,
+    ),
+    Row(
+        "body-response-httpx-429-plain-rate-limit-keeps-retry-after",
+        lambda: httpx_status_error(
+            429, {"Retry-After": "7"}, content=json_bytes(OPENAI_RATE_LIMIT_BODY)
+        ),
+        K.RATE_LIMIT, T, True, Rule.BODY_TYPE, status_code=429, retry_after_s=7.0,
+    ),
+    Row(
+        "body-response-httpx-529-anthropic-overloaded",
+        lambda: httpx_status_error(529, content=json_bytes(ANTHROPIC_OVERLOADED_BODY)),
+        K.RATE_LIMIT, T, True, Rule.BODY_TYPE, status_code=529, reason_has=("overloaded_error",),
+    ),
+    Row(
+        "body-response-httpx-400-anthropic-billing",
+        lambda: httpx_status_error(400, content=json_bytes(ANTHROPIC_BILLING_BODY)),
+        K.QUOTA_EXCEEDED, P, False, Rule.BODY_TYPE, status_code=400,
+    ),
+    Row(
+        "body-response-httpx-429-gemini-per-day",
+        lambda: httpx_status_error(429, content=json_bytes(gemini_quota_body(PER_DAY))),
+        K.QUOTA_EXCEEDED, P, False, Rule.BODY_TYPE, status_code=429,
+        reason_has=("RESOURCE_EXHAUSTED", "read from the HTTP response"),
+    ),
+    Row(
+        "body-response-httpx-jsonrpc-code",
+        lambda: httpx_status_error(
+            400, content=json_bytes({"jsonrpc": "2.0", "id": 1,
+                                     "error": {"code": -32602, "message": "Invalid params"}})
+        ),
+        K.INVALID_PARAMETERS, P, False, Rule.BODY_TYPE, reason_has=("-32602",),
+    ),
+    Row(
+        "body-response-duck-typed-bytes-body",
+        lambda: UpstreamError(
+            "upstream", FakeResponse(429, {}, body=json_bytes(OPENAI_QUOTA_BODY))
+        ),
+        K.QUOTA_EXCEEDED, P, False, Rule.BODY_TYPE, status_code=429,
+    ),
+    Row(
+        "body-response-duck-typed-parsed-body",
+        lambda: UpstreamError("upstream", FakeResponse(429, {}, body=OPENAI_QUOTA_BODY)),
+        K.QUOTA_EXCEEDED, P, False, Rule.BODY_TYPE, status_code=429,
+    ),
+    Row(
+        "body-response-over-the-bound-status-decides",
+        lambda: httpx_status_error(
+            429, content=padded(OPENAI_QUOTA_BODY, MAX_RESPONSE_BODY_BYTES)
+        ),
+        K.RATE_LIMIT, T, True, Rule.STATUS_CODE, status_code=429,
+    ),
+    Row(
+        "body-response-not-json-status-decides",
+        lambda: httpx_status_error(429, content=b"<html><body>insufficient_quota</body></html>"),
+        K.RATE_LIMIT, T, True, Rule.STATUS_CODE, status_code=429,
+    ),
+    Row(
+        "body-response-malformed-json-status-decides",
+        lambda: httpx_status_error(429, content=b'{"error": {"type": "insufficient_quota"'),
+        K.RATE_LIMIT, T, True, Rule.STATUS_CODE, status_code=429,
+    ),
+    Row(
+        "body-response-nested-too-deep-status-decides",
+        lambda: httpx_status_error(503, content=TOO_DEEP),
+        K.SERVICE_UNAVAILABLE, T, True, Rule.STATUS_CODE, status_code=503,
+    ),
     # 5. status codes (real httpx / requests errors)
     *(status_row(s, k, T) for s, k in [
         (408, K.TIMEOUT), (409, K.EXECUTION_ERROR), (425, K.EXECUTION_ERROR),
@@ -716,6 +854,13 @@ def test_classify(row: Row) -> None:
         assert fragment in c.reason
 
 
+def test_too_deep_body_is_within_the_bound() -> None:
+    """Else its row would pass by the bound alone, not by surviving the parser's RecursionError."""
+    assert len(TOO_DEEP) <= MAX_RESPONSE_BODY_BYTES
+    with pytest.raises(RecursionError):
+        json.loads(TOO_DEEP)
+
+
 def test_requests_connection_error_is_not_the_builtin() -> None:
     exc = requests.ConnectionError("refused")
     assert not isinstance(exc, ConnectionError)  # the builtin
@@ -871,17 +1016,34 @@ def test_override_needs_exactly_one_matcher() -> None:
 # --- real wire --------------------------------------------------------------------------------
 
 
+JSON_ROUTES: dict[str, tuple[int, bytes]] = {
+    "/429-quota": (429, json_bytes(OPENAI_QUOTA_BODY)),
+    "/429-quota-huge": (429, padded(OPENAI_QUOTA_BODY, MAX_RESPONSE_BODY_BYTES)),
+    "/429-rate-limit": (429, json_bytes(OPENAI_RATE_LIMIT_BODY)),
+    "/429-gemini-per-day": (429, json_bytes(gemini_quota_body(PER_DAY))),
+    "/529-overloaded": (529, json_bytes(ANTHROPIC_OVERLOADED_BODY)),
+}
+"""Provider error bodies on the wire; each also says Retry-After: 7."""
+
+
 class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
+        body = b""
         if self.path == "/429":
             self.send_response(429)
             self.send_header("Retry-After", "7")
         elif self.path == "/503":
             self.send_response(503)
+        elif self.path in JSON_ROUTES:
+            status, body = JSON_ROUTES[self.path]
+            self.send_response(status)
+            self.send_header("Retry-After", "7")
+            self.send_header("Content-Type", "application/json")
         else:
             self.send_response(404)
-        self.send_header("Content-Length", "0")
+        self.send_header("Content-Length", str(len(body)))
         self.end_headers()
+        self.wfile.write(body)
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -962,3 +1124,200 @@ def test_real_connection_refused() -> None:
         Rule.EXCEPTION_CLASS,
     )
     assert c.reason.strip()
+
+
+# --- provider error bodies on the wire (direct HTTP calls, raise_for_status) ------------------
+
+
+@pytest.mark.parametrize("fetch", [fetch_httpx, fetch_requests], ids=["httpx", "requests"])
+@pytest.mark.parametrize(
+    ("path", "kind", "error_class", "rule"),
+    [
+        pytest.param("/429-quota", K.QUOTA_EXCEEDED, P, Rule.BODY_TYPE, id="openai-insufficient-quota"),
+        pytest.param("/429-gemini-per-day", K.QUOTA_EXCEEDED, P, Rule.BODY_TYPE, id="gemini-per-day"),
+        pytest.param("/429-rate-limit", K.RATE_LIMIT, T, Rule.BODY_TYPE, id="openai-rate-limit"),
+        pytest.param("/529-overloaded", K.RATE_LIMIT, T, Rule.BODY_TYPE, id="anthropic-overloaded"),
+        pytest.param("/429-quota-huge", K.RATE_LIMIT, T, Rule.STATUS_CODE, id="over-the-bound"),
+        pytest.param("/429", K.RATE_LIMIT, T, Rule.STATUS_CODE, id="no-body"),
+    ],
+)
+def test_real_wire_error_body(
+    base_url: str,
+    fetch: Callable[[str], BaseException],
+    path: str,
+    kind: ErrorKind,
+    error_class: ErrorClass,
+    rule: Rule,
+) -> None:
+    c = classify(fetch(base_url + path), now=fixed_now)
+    assert (c.kind, c.error_class, c.retryable, c.rule) == (kind, error_class, error_class is T, rule), (
+        c.reason
+    )
+    assert c.status_code == int(path[1:4])
+    assert c.retry_after_s == 7.0, "Retry-After is read from the response headers either way"
+    if rule is Rule.BODY_TYPE:
+        assert "read from the HTTP response" in c.reason
+
+
+@pytest.mark.parametrize("fetch", [fetch_httpx, fetch_requests], ids=["httpx", "requests"])
+def test_response_body_is_read_only_up_to_the_bound(
+    base_url: str, fetch: Callable[[str], BaseException]
+) -> None:
+    small, huge = fetch(base_url + "/429-quota"), fetch(base_url + "/429-quota-huge")
+    assert len(huge.response.content) > MAX_RESPONSE_BODY_BYTES  # type: ignore[attr-defined]
+    assert classify(small).kind is K.QUOTA_EXCEEDED
+    over = classify(huge)
+    assert (over.kind, over.rule, over.status_code) == (K.RATE_LIMIT, Rule.STATUS_CODE, 429)
+
+
+def test_httpx_streamed_response_is_never_read_by_the_classifier(base_url: str) -> None:
+    with httpx.Client(trust_env=False) as client, client.stream("GET", base_url + "/429-quota") as response:
+        with pytest.raises(httpx.HTTPStatusError) as info:
+            response.raise_for_status()
+        with pytest.raises(httpx.ResponseNotRead):
+            _ = response.content  # what a careless classifier would trip over
+        unread = classify(info.value, now=fixed_now)
+        assert not response.is_stream_consumed
+        response.read()
+        read = classify(info.value, now=fixed_now)
+    assert (unread.kind, unread.rule, unread.retry_after_s) == (K.RATE_LIMIT, Rule.STATUS_CODE, 7.0)
+    assert (read.kind, read.error_class, read.rule) == (K.QUOTA_EXCEEDED, P, Rule.BODY_TYPE)
+
+
+def test_requests_streamed_response_is_never_consumed_by_the_classifier(base_url: str) -> None:
+    with requests.Session() as session:
+        session.trust_env = False
+        with session.get(base_url + "/429-quota", stream=True, timeout=5) as response:
+            with pytest.raises(requests.HTTPError) as info:
+                response.raise_for_status()
+            unread = classify(info.value, now=fixed_now)
+            assert vars(response)["_content_consumed"] is False, "the classifier must not read the stream"
+            assert json.loads(response.content) == OPENAI_QUOTA_BODY  # the caller still gets it all
+            read = classify(info.value, now=fixed_now)
+    assert (unread.kind, unread.rule) == (K.RATE_LIMIT, Rule.STATUS_CODE)
+    assert (read.kind, read.error_class, read.rule) == (K.QUOTA_EXCEEDED, P, Rule.BODY_TYPE)
+
+
+@pytest.fixture(params=[fetch_httpx, fetch_requests], ids=["httpx", "requests"])
+def wire_errors(request: pytest.FixtureRequest, base_url: str) -> tuple[BaseException, BaseException]:
+    """A real 429 with OpenAI's insufficient_quota body, and a plain one; both say Retry-After: 7."""
+    fetch: Callable[[str], BaseException] = request.param
+    return fetch(base_url + "/429-quota"), fetch(base_url + "/429")
+
+
+@pytest.mark.anyio
+async def test_quota_429_is_attempted_once_and_a_plain_429_is_retried_after_retry_after(
+    wire_errors: tuple[BaseException, BaseException],
+) -> None:
+    quota, plain = wire_errors
+    policy = RetryPolicy(max_attempts=5, max_total_time_ms=60_000)
+    engine = await new_engine(
+        ToolManifest(id="billing", retry_policy=policy), ToolManifest(id="busy", retry_policy=policy)
+    )
+    billing, busy = Scripted(quota), Scripted(plain, "ok")
+    engine.register("billing", billing)
+    engine.register("busy", busy)
+
+    result = await engine.try_call("billing")
+    assert billing.calls == 1, "a quota does not reset on retry"
+    assert result.error is not None and result.attempts == 1
+    assert (result.error.kind, result.error.status_code) == (K.QUOTA_EXCEEDED, 429)
+
+    result = await engine.try_call("busy")
+    assert result.ok and result.attempts == 2
+    assert busy.gaps() == [pytest.approx(7.0)], "the server's Retry-After is honoured"
+
+
+# --- reading exception attributes never fires a deprecated property ------------------------------
+
+
+class ClientResponseError(Exception):
+    """aiohttp's ClientResponseError as it is: ``status`` stored, ``code`` a deprecated alias."""
+
+    def __init__(self, status: int, message: str, headers: dict[str, str]) -> None:
+        super().__init__(f"{status}, message={message!r}")
+        self.status = status
+        self.message = message
+        self.headers = headers
+
+    @property
+    def code(self) -> int:
+        warnings.warn("code property is deprecated, use status instead", DeprecationWarning, stacklevel=2)
+        return self.status
+
+
+class DeprecatedAliasError(Exception):
+    """A PEP 702 ``@deprecated`` getter (typing_extensions, warnings.deprecated in 3.13)."""
+
+    status_code = 503
+
+    @property
+    @deprecated("use status_code")
+    def code(self) -> str:
+        return "overloaded_error"
+
+
+def aiohttp_wire_error(url: str) -> BaseException:
+    aiohttp = pytest.importorskip("aiohttp")
+
+    async def get() -> None:
+        async with aiohttp.ClientSession() as session, session.get(url) as response:
+            response.raise_for_status()
+
+    with pytest.raises(aiohttp.ClientResponseError) as info:
+        asyncio.run(get())
+    error: BaseException = info.value
+    return error
+
+
+def websockets_connection_closed() -> BaseException:
+    websockets = pytest.importorskip("websockets")
+    frames = pytest.importorskip("websockets.frames")
+    error: BaseException = websockets.ConnectionClosedError(frames.Close(1011, "internal error"), None)
+    return error
+
+
+def warnings_seen(recwarn: pytest.WarningsRecorder) -> list[str]:
+    return [f"{w.category.__name__}: {w.message} ({w.filename}:{w.lineno})" for w in recwarn]
+
+
+@pytest.mark.parametrize(
+    ("make", "kind", "status", "rule"),
+    [
+        pytest.param(
+            lambda url: ClientResponseError(429, "Too Many Requests", {"Retry-After": "7"}),
+            K.RATE_LIMIT, 429, Rule.STATUS_CODE, id="aiohttp-shaped",
+        ),
+        pytest.param(lambda url: DeprecatedAliasError("busy"), K.SERVICE_UNAVAILABLE, 503,
+                     Rule.STATUS_CODE, id="pep702-deprecated-getter"),
+        pytest.param(lambda url: aiohttp_wire_error(url + "/429"), K.RATE_LIMIT, 429, Rule.STATUS_CODE,
+                     id="aiohttp-real-wire"),
+        pytest.param(lambda url: websockets_connection_closed(), K.CONNECTION_RESET, None,
+                     Rule.EXCEPTION_CLASS, id="websockets-ConnectionClosedError"),
+    ],
+)  # fmt: skip
+def test_classifying_fires_no_deprecated_property(
+    base_url: str,
+    recwarn: pytest.WarningsRecorder,
+    make: Callable[[str], BaseException],
+    kind: ErrorKind,
+    status: int | None,
+    rule: Rule,
+) -> None:
+    error = make(base_url)
+    recwarn.clear()
+    c = classify(error, now=fixed_now)
+    assert warnings_seen(recwarn) == []
+    assert (c.kind, c.status_code, c.rule) == (kind, status, rule), c.reason
+
+
+def test_websockets_invalid_status_response_body_is_read() -> None:
+    """websockets' handshake rejection carries a Response dataclass with a bytes ``body``."""
+    pytest.importorskip("websockets")
+    from websockets.datastructures import Headers
+    from websockets.exceptions import InvalidStatus
+    from websockets.http11 import Response
+
+    response = Response(429, "Too Many Requests", Headers(), json_bytes(OPENAI_QUOTA_BODY))
+    c = classify(InvalidStatus(response))
+    assert (c.kind, c.error_class, c.rule, c.status_code) == (K.QUOTA_EXCEEDED, P, Rule.BODY_TYPE, 429)

@@ -8,13 +8,13 @@ import anyio
 import pytest
 
 from engine import BreakerConfig, RetryPolicy, ToolManifest
-from tests.engine.conftest import Scripted, hang, make_engine
+from tests.engine.conftest import Scripted, hang, new_engine
 
 pytestmark = pytest.mark.anyio
 
 
 async def test_one_snapshot_has_the_spec_metrics_for_every_tool() -> None:
-    engine = make_engine(
+    engine = await new_engine(
         ToolManifest(id="flaky", circuit_breaker=BreakerConfig(failure_threshold=3)),
         ToolManifest(id="slow", timeout_ms=1000, retry_policy=RetryPolicy(max_attempts=1)),
     )
@@ -37,7 +37,7 @@ async def test_one_snapshot_has_the_spec_metrics_for_every_tool() -> None:
 
 
 async def test_rejections_and_breaker_opens_are_counted() -> None:
-    engine = make_engine(
+    engine = await new_engine(
         ToolManifest(
             id="down",
             retry_policy=RetryPolicy(max_attempts=1),
@@ -53,7 +53,7 @@ async def test_rejections_and_breaker_opens_are_counted() -> None:
 
 
 async def test_the_rolling_window_forgets_and_the_lifetime_does_not() -> None:
-    engine = make_engine()
+    engine = await new_engine()
     engine.register("svc", Scripted("ok"))
     for _ in range(4):
         await engine.call("svc")

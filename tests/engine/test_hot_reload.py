@@ -11,6 +11,7 @@ import logging
 import os
 import random
 import textwrap
+from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -24,11 +25,13 @@ from engine.events import (
     AttemptStarted,
     Event,
     ManifestLoaded,
+    ManifestRefused,
     ManifestRejected,
     ManifestRemoved,
 )
 from engine.kinds import ErrorKind
-from engine.manifest import DEFAULTS_FILE, ManifestRegistry
+from engine.manifest import DEFAULTS_FILE, ManifestRegistry, SideEffect
+from engine.watch import SettleTracker
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -68,6 +71,7 @@ def flaky_manifest(
           circuit_breaker:
             failure_threshold: {failure_threshold}
             timeout_ms: {breaker_timeout_ms}
+          side_effect: idempotent
         """)
 
 
@@ -298,8 +302,10 @@ async def test_reload_never_raises_on_odd_paths(manifest_dir: Path) -> None:
 
     returned = engine.reload_manifests(odd)
 
-    assert [e.path for e in returned if isinstance(e, ManifestRejected)] == [str(odd[0])]
-    assert "cannot read" in returned[0].errors[0]
+    assert [(e.path, e.reason) for e in returned if isinstance(e, ManifestRefused)] == [
+        (str(odd[0]), "not a regular file (a directory)")
+    ]
+    assert len(returned) == 1
     assert await engine.call("flaky") == "ok"
 
 
@@ -385,7 +391,9 @@ async def test_watched_directory_reloads_on_disk_edits_while_calls_run(
         assert engine.breaker("flaky").config.failure_threshold == 60
         assert (await engine.try_call("flaky", fail=True)).attempts == 4
 
-        replace_file(path, b"tool:\n  id: flaky\n  retry_policy:\n    max_attempts: 0\n")
+        replace_file(
+            path, b"tool:\n  id: flaky\n  retry_policy:\n    max_attempts: 0\n  side_effect: idempotent\n"
+        )
         with anyio.fail_after(10):
             await seen[ManifestRejected].wait()
 
@@ -404,3 +412,122 @@ async def test_watched_directory_reloads_on_disk_edits_while_calls_run(
     assert set(background) == {"ok"}  # no background call failed across both reloads
     loaded = [e for e in events if isinstance(e, ManifestLoaded)]
     assert [e.tool_id for e in loaded] == ["flaky"]
+
+
+# --- unreadable and half-written files never weaken a tool --------------------------------
+
+
+def make_dangling(path: Path) -> None:
+    path.symlink_to(path.parent / "nowhere.yaml")
+
+
+def make_loop(path: Path) -> None:
+    path.symlink_to(path.name)
+
+
+@pytest.mark.parametrize("make_link", [make_dangling, make_loop], ids=["dangling", "loop"])
+async def test_a_broken_symlink_keeps_the_last_good_policy(manifest_dir: Path, make_link: Any) -> None:
+    """Both used to count as a deleted file: the tool dropped to the defaults (read_only became
+    idempotent, 2 attempts became 5)."""
+    path = manifest_dir / "flaky.yaml"
+    path.write_text(flaky_manifest(max_attempts=2).replace("idempotent", "read_only"))
+    engine, _, events = make_engine(manifest_dir)
+    good = engine.manifests.entries["flaky"]
+    path.unlink()
+    make_link(path)
+
+    returned = engine.reload_manifests([path])
+
+    assert events == returned
+    (event,) = returned
+    assert isinstance(event, ManifestRefused)
+    assert (event.path, event.kept_digest) == (str(path), good.digest)
+    assert engine.manifest("flaky").side_effect is SideEffect.READ_ONLY
+    assert (await engine.try_call("flaky")).attempts == 2
+    (again,) = engine.reload_manifests()  # re-reading everything: the same verdict
+    assert (again.path, again.reason) == (event.path, event.reason)
+
+
+async def test_a_truncated_rewrite_never_re_sends_a_booking(manifest_dir: Path) -> None:
+    """A booking's file cut before ``side_effect`` used to load as idempotent: one reset booking
+    was sent 4 times."""
+    path = manifest_dir / "book.yaml"
+    whole = "tool:\n  id: book\n  retry_policy: {max_attempts: 4}\n  side_effect: side_effecting\n"
+    path.write_text(whole)
+    engine, _, _ = make_engine(manifest_dir)
+    sent: list[float] = []
+
+    async def book() -> None:
+        sent.append(current_time())
+        raise ConnectionResetError("connection reset by peer")
+
+    engine.register("book", book)
+    path.write_text(whole[: whole.index("  side_effect")])
+
+    (event,) = engine.reload_manifests([path])
+
+    assert isinstance(event, ManifestRejected)
+    assert event.errors[0].startswith(f"{path}:1: tool.side_effect: required")
+    assert engine.manifest("book").side_effect is SideEffect.SIDE_EFFECTING
+    result = await engine.try_call("book")
+    assert (result.attempts, len(sent)) == (1, 1)
+
+
+async def test_what_the_watcher_read_off_the_loop_is_applied_like_a_path(manifest_dir: Path) -> None:
+    engine, _, events = make_engine(manifest_dir)
+    path = manifest_dir / "flaky.yaml"
+    path.write_text(flaky_manifest(max_attempts=4))
+    read = engine.manifests.read(path)
+    fifo = manifest_dir / "x.yaml"
+    os.mkfifo(fifo)
+    refused = engine.manifests.read(fifo)  # never blocks: the FIFO is not opened for a read
+
+    returned = engine.reload_manifests([read, refused])
+
+    assert [type(e) for e in returned] == [ManifestLoaded, ManifestRefused]
+    assert returned[1].reason == "not a regular file (a FIFO)"
+    assert engine.manifest("flaky").retry_policy.max_attempts == 4
+    assert events == returned
+
+
+# --- the settle period, without files or clocks -------------------------------------------
+
+P = PurePath("manifests/flaky.yaml")
+
+
+def test_a_change_applies_once_it_has_been_stable_for_the_settle_period() -> None:
+    tracker = SettleTracker(settle_s=0.5)
+    tracker.observe(P, "new", 10.0, in_force="old")
+    assert tracker.due(10.4) == []
+    assert tracker.due(10.5) == [P]
+    assert tracker.confirm(P, "new", 10.5)
+    assert tracker.pending == {}
+
+
+def test_a_second_chunk_restarts_the_settle_period() -> None:
+    tracker = SettleTracker(settle_s=0.5)
+    tracker.observe(P, "first-half", 10.0, in_force="old")
+    tracker.observe(P, "whole", 10.2, in_force="old")
+    assert tracker.due(10.6) == []
+    assert tracker.due(10.7) == [P]
+    assert tracker.confirm(P, "whole", 10.7)
+
+
+def test_a_file_that_changed_again_when_re_read_waits_again() -> None:
+    tracker = SettleTracker(settle_s=0.5)
+    tracker.observe(P, "first-half", 10.0, in_force="old")
+    assert not tracker.confirm(P, "whole", 10.5)  # the re-read found more: not applied
+    assert tracker.due(10.9) == []
+    assert tracker.due(11.0) == [P]
+    assert tracker.confirm(P, "whole", 11.0)
+
+
+def test_the_same_content_again_is_not_a_change() -> None:
+    tracker = SettleTracker(settle_s=0.5)
+    tracker.observe(P, "old", 10.0, in_force="old")
+    tracker.observe(P, "gone", 10.0, in_force=None)  # never seen and not there: nothing to do
+    assert tracker.pending == {}
+    tracker.observe(P, "edited", 10.0, in_force="old")
+    tracker.observe(P, "old", 10.1, in_force="old")  # reverted before it settled
+    assert tracker.pending == {}
+    assert not tracker.confirm(P, "old", 11.0)

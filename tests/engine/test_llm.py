@@ -40,7 +40,7 @@ from engine.llm import (
     redact_arguments,
     secret_values,
 )
-from tests.engine.conftest import WALL, make_engine
+from tests.engine.conftest import WALL, make_engine, new_engine
 
 pytestmark = pytest.mark.anyio
 
@@ -362,12 +362,14 @@ class Tools:
         return self
 
 
-def travel_engine(**kwargs: Any) -> Engine:
-    return make_engine(ToolManifest(id="slowpoke", timeout_ms=5_000), ToolManifest(id="tripped"), **kwargs)
+async def travel_engine(**kwargs: Any) -> Engine:
+    return await new_engine(
+        ToolManifest(id="slowpoke", timeout_ms=5_000), ToolManifest(id="tripped"), **kwargs
+    )
 
 
 async def test_mixed_batch_one_result_per_call_id_in_order() -> None:
-    engine = travel_engine()
+    engine = await travel_engine()
     tools = Tools(engine).register()
     engine.trip("tripped", reason="maintenance")
     executor = ToolCallExecutor(engine, deadline_s=60)
@@ -437,7 +439,7 @@ async def test_mixed_batch_one_result_per_call_id_in_order() -> None:
 
 
 async def test_the_text_each_call_returned_to_the_model_is_in_the_trace() -> None:
-    engine = travel_engine()
+    engine = await travel_engine()
     Tools(engine).register()
     seen: list[ToolResultSent] = []
     engine.subscribe(lambda e: seen.append(e) if isinstance(e, ToolResultSent) else None, direct=True)
@@ -455,7 +457,7 @@ async def test_the_text_each_call_returned_to_the_model_is_in_the_trace() -> Non
 
 
 async def test_turn_deadline_cuts_off_unfinished_calls() -> None:
-    engine = make_engine(ToolManifest(id="slowpoke", timeout_ms=60_000))
+    engine = await new_engine(ToolManifest(id="slowpoke", timeout_ms=60_000))
     Tools(engine).register()
     executor = ToolCallExecutor(engine, deadline_s=2)
     start = anyio.current_time()
@@ -477,7 +479,7 @@ async def test_turn_deadline_cuts_off_unfinished_calls() -> None:
 
 
 async def test_stop_cancels_unfinished_calls() -> None:
-    engine = make_engine(ToolManifest(id="slowpoke", timeout_ms=60_000))
+    engine = await new_engine(ToolManifest(id="slowpoke", timeout_ms=60_000))
     Tools(engine).register()
     executor = ToolCallExecutor(engine, deadline_s=30)
     stop = anyio.Event()
@@ -510,7 +512,7 @@ async def test_stop_cancels_unfinished_calls() -> None:
 
 
 async def test_run_openai_and_run_anthropic_message_shapes() -> None:
-    engine = travel_engine()
+    engine = await travel_engine()
     Tools(engine).register()
     executor = ToolCallExecutor(engine)
     replies = await executor.run_openai(
@@ -551,7 +553,7 @@ async def test_success_content_and_alternatives() -> None:
     async def hotel_search_backup(city: str) -> list[str]:
         return [f"Hôtel {city}", "Ibis"]
 
-    engine = make_engine(*manifests)
+    engine = await new_engine(*manifests)
     engine.register("hotel_search", hotel_search)
     engine.register("hotel_search_backup", hotel_search_backup)
     served = (await ToolCallExecutor(engine).run([LLMToolCall("h", "hotel_search", {"city": "Lyon"})])).items[
@@ -563,7 +565,7 @@ async def test_success_content_and_alternatives() -> None:
     def escalate(failure: FailureContext) -> HandlerDecision:
         return HandlerDecision(Decision.ESCALATE, "let the model decide")
 
-    engine = make_engine(*manifests, handler=escalate)
+    engine = await new_engine(*manifests, handler=escalate)
     engine.register("hotel_search", hotel_search)
     engine.register("hotel_search_backup", hotel_search_backup)
     executor = ToolCallExecutor(engine)
@@ -579,7 +581,7 @@ async def test_success_content_and_alternatives() -> None:
 
 
 async def test_error_text_is_redacted_stable_and_capped() -> None:
-    engine = make_engine()
+    engine = await new_engine()
     key = "sk-live-0123456789abcdefghij"
 
     async def fetch(url: str, api_key: str, options: dict[str, Any] | None = None) -> str:
@@ -615,7 +617,7 @@ async def test_error_text_is_redacted_stable_and_capped() -> None:
 
 
 async def test_seed_004_counting_only_executed_kinds() -> None:
-    engine = travel_engine()
+    engine = await travel_engine()
     Tools(engine).register()
     executor = ToolCallExecutor(engine)
     refused = await executor.run(
@@ -635,7 +637,7 @@ async def test_seed_004_counting_only_executed_kinds() -> None:
 
 
 async def test_every_call_is_answered_even_if_the_engine_breaks(monkeypatch: pytest.MonkeyPatch) -> None:
-    engine = travel_engine()
+    engine = await travel_engine()
     Tools(engine).register()
 
     async def broken_run_turn(*args: Any, **kwargs: Any) -> Any:
@@ -686,7 +688,7 @@ class FakeLLM:
 
 
 async def test_seed_004_router_handoff_invalid_params_then_corrected_call() -> None:
-    engine = make_engine(ToolManifest(id="router_handoff"))
+    engine = await new_engine(ToolManifest(id="router_handoff"))
     handoffs: list[str] = []
 
     async def router_handoff(agent: str, reason: str) -> str:
@@ -784,7 +786,7 @@ def build_message(planned: list[PlannedCall], fmt: str) -> list[LLMToolCall]:
 
 
 async def run_scenario(scenario: dict[str, Any]) -> ToolBatch:
-    engine = make_engine(
+    engine = await new_engine(
         ToolManifest(id="hang", timeout_ms=5_000), ToolManifest(id="slow", timeout_ms=10_000)
     )
     flaky_calls = 0
@@ -890,7 +892,7 @@ async def test_a_tool_call_fault_corrupts_the_models_call_before_it_runs(mode: s
         {"steps": [{"match": {"tool": "search"}, "sequence": [{"type": "tool_call_fault", "mode": mode}]}]}
     )
     injector = FaultInjector(plan)
-    engine = make_engine(faults=injector)
+    engine = await new_engine(faults=injector)
     ran: list[str] = []
 
     async def search(q: str) -> str:

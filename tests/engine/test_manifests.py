@@ -18,10 +18,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.classify import ClassificationOverride
-from engine.events import ManifestLoaded, ManifestRejected, ManifestRemoved
+from engine.engine import Engine
+from engine.events import Event, ManifestLoaded, ManifestRefused, ManifestRejected, ManifestRemoved
 from engine.kinds import ErrorClass
 from engine.manifest import (
     DEFAULTS_FILE,
+    SIDE_EFFECT_REQUIRED,
     ConfigIssue,
     ManifestError,
     ManifestRegistry,
@@ -124,11 +126,12 @@ TOOL_ERRORS = [
         """
         tool:
           id: flaky
+          side_effect: read_only
           timeout_ms: 1000
           retry_policy:
             initial_dely_ms: 5
         """,
-        5,
+        6,
         "tool.retry_policy.initial_dely_ms",
         "unknown key",
         id="unknown-nested-key",
@@ -137,9 +140,10 @@ TOOL_ERRORS = [
         """
         tool:
           id: flaky
+          side_effect: read_only
           timout_ms: 1000
         """,
-        3,
+        4,
         "tool.timout_ms",
         "unknown key",
         id="unknown-tool-key",
@@ -148,9 +152,10 @@ TOOL_ERRORS = [
         """
         tool:
           id: flaky
+          side_effect: read_only
         owner: me
         """,
-        3,
+        4,
         "owner",
         "unknown key",
         id="unknown-top-level-key",
@@ -159,10 +164,11 @@ TOOL_ERRORS = [
         """
         tool:
           id: flaky
+          side_effect: read_only
           retry_policy:
             max_attempts: 0
         """,
-        4,
+        5,
         "tool.retry_policy.max_attempts",
         "greater than or equal to 1",
         id="max-attempts-0",
@@ -171,11 +177,12 @@ TOOL_ERRORS = [
         """
         tool:
           id: flaky
+          side_effect: read_only
           circuit_breaker:
             timeout_ms: 100
             failure_threshold: -1
         """,
-        5,
+        6,
         "tool.circuit_breaker.failure_threshold",
         "greater than or equal to 1",
         id="failure-threshold-negative",
@@ -184,9 +191,10 @@ TOOL_ERRORS = [
         """
         tool:
           id: flaky
+          side_effect: read_only
           timeout_ms: "fast"
         """,
-        3,
+        4,
         "tool.timeout_ms",
         "valid number",
         id="timeout-not-a-number",
@@ -195,9 +203,10 @@ TOOL_ERRORS = [
         """
         tool:
           id: flaky
+          side_effect: read_only
           timeout_ms: 0
         """,
-        3,
+        4,
         "tool.timeout_ms",
         "greater than 0",
         id="timeout-zero",
@@ -206,10 +215,11 @@ TOOL_ERRORS = [
         """
         tool:
           id: flaky
+          side_effect: read_only
           retry_policy:
             strategy: linear
         """,
-        4,
+        5,
         "tool.retry_policy.strategy",
         "exponential_backoff",
         id="bad-strategy",
@@ -229,12 +239,13 @@ TOOL_ERRORS = [
         """
         tool:
           id: flaky
+          side_effect: read_only
 
           retry_policy:
             initial_delay_ms: 900
             max_delay_ms: 800
         """,
-        4,
+        5,
         "tool.retry_policy",
         "initial_delay_ms (900) exceeds max_delay_ms (800)",
         id="initial-delay-above-max",
@@ -256,6 +267,7 @@ TOOL_ERRORS = [
         """
         tool:
           description: no id here
+          side_effect: read_only
           timeout_ms: 1000
         """,
         1,
@@ -267,6 +279,7 @@ TOOL_ERRORS = [
         """
         tool:
           id: "flight search"
+          side_effect: read_only
         """,
         2,
         "tool.id",
@@ -277,6 +290,7 @@ TOOL_ERRORS = [
         """
         tool:
           id: flaky
+          side_effect: read_only
           classification:
             - status_code: 404
               treat_as: transient
@@ -284,7 +298,7 @@ TOOL_ERRORS = [
               kind: timeout
               treat_as: permanent
         """,
-        6,
+        7,
         "tool.classification.1",
         "exactly one of status_code, kind or exception",
         id="override-two-matchers",
@@ -293,11 +307,12 @@ TOOL_ERRORS = [
         """
         tool:
           id: flaky
+          side_effect: read_only
           classification:
             - treat_as: permanent
               reason: nothing selects the errors
         """,
-        4,
+        5,
         "tool.classification.0",
         "exactly one of status_code, kind or exception",
         id="override-no-matcher",
@@ -306,11 +321,12 @@ TOOL_ERRORS = [
         """
         tool:
           id: flaky
+          side_effect: read_only
           classification:
             - status_code: 503
               treat_as: sometimes
         """,
-        5,
+        6,
         "tool.classification.0.treat_as",
         "Input should be",
         id="override-bad-class",
@@ -319,11 +335,12 @@ TOOL_ERRORS = [
         """
         tool:
           id: flaky
+          side_effect: read_only
           classification:
             - status_code: 700
               treat_as: permanent
         """,
-        4,
+        5,
         "tool.classification.0.status_code",
         "less than or equal to 599",
         id="override-bad-status",
@@ -336,6 +353,18 @@ TOOL_ERRORS = [
         "tool",
         "valid dictionary",
         id="tool-not-a-mapping",
+    ),
+    # side_effect has no default in a file: a file cut short must not become idempotent
+    pytest.param(
+        """
+        tool:
+          id: create_itinerary
+          timeout_ms: 20000
+        """,
+        1,
+        "tool.side_effect",
+        "required in every tool file: read_only, idempotent or side_effecting",
+        id="side-effect-missing",
     ),
 ]
 
@@ -353,6 +382,40 @@ def test_invalid_tool_file_error_names_file_field_and_line(
     assert message.startswith(f"{path}:{line}: {field}: "), message
     assert fragment in message
     assert error.issues[0] == ConfigIssue(str(path), line, field, error.issues[0].message)
+
+
+# Numbers at the edges: booleans are not numbers; numbers are finite and bounded (24 h, 100, 10).
+EDGE_NUMBERS = [
+    ("timeout_ms: true", "tool.timeout_ms", "not a boolean"),
+    ("timeout_ms: .inf", "tool.timeout_ms", "finite number"),
+    ("timeout_ms: .nan", "tool.timeout_ms", "finite number"),
+    ("timeout_ms: 1e308", "tool.timeout_ms", "less than or equal to 86400000"),
+    ("timeout_ms: 86400001", "tool.timeout_ms", "less than or equal to 86400000"),
+    ("retry_policy: {max_attempts: true}", "tool.retry_policy.max_attempts", "not a boolean"),
+    ("retry_policy: {max_attempts: 1000000000000000000000}", "tool.retry_policy.max_attempts", "to 100"),
+    ("retry_policy: {max_attempts: 101}", "tool.retry_policy.max_attempts", "less than or equal to 100"),
+    ("retry_policy: {multiplier: 1.0e+300}", "tool.retry_policy.multiplier", "less than or equal to 10"),
+    ("retry_policy: {multiplier: yes}", "tool.retry_policy.multiplier", "not a boolean"),
+    ("retry_policy: {initial_delay_ms: .inf}", "tool.retry_policy.initial_delay_ms", "finite number"),
+    ("retry_policy: {max_total_time_ms: 1.0e+9}", "tool.retry_policy.max_total_time_ms", "to 86400000"),
+    ("retry_policy: {jitter_percent: .nan}", "tool.retry_policy.jitter_percent", "finite number"),
+    ("circuit_breaker: {timeout_ms: .inf}", "tool.circuit_breaker.timeout_ms", "finite number"),
+    ("circuit_breaker: {failure_threshold: true}", "tool.circuit_breaker.failure_threshold", "not a boolean"),
+    ("circuit_breaker: {success_threshold: 1.0e+12}", "tool.circuit_breaker.success_threshold", "1000000"),
+]
+
+
+@pytest.mark.parametrize(("setting", "field", "fragment"), EDGE_NUMBERS, ids=[c[0] for c in EDGE_NUMBERS])
+def test_numbers_at_the_edges_are_refused_on_one_line(
+    tmp_path: Path, setting: str, field: str, fragment: str
+) -> None:
+    path = write(tmp_path / "flaky.yaml", f"tool:\n  id: flaky\n  side_effect: read_only\n  {setting}\n")
+
+    message = str(load_error(path))
+
+    assert_one_line(message)
+    assert message.startswith(f"{path}:4: {field}: "), message
+    assert fragment in message
 
 
 FILE_ERRORS = [
@@ -423,7 +486,9 @@ def test_unreadable_path_is_a_manifest_error(tmp_path: Path) -> None:
 
 def test_hostile_yaml_is_rejected_quickly(tmp_path: Path) -> None:
     """Recursive aliases and alias bombs used to recurse forever or expand exponentially."""
-    recursive = write(tmp_path / "recursive.yaml", "tool: &t\n  id: loop\n  retry_policy: *t\n")
+    recursive = write(
+        tmp_path / "recursive.yaml", "tool: &t\n  id: loop\n  side_effect: read_only\n  retry_policy: *t\n"
+    )
     bomb = "".join(
         f"{name}: &{name} [{', '.join([f'*{prev}'] * 10 if prev else ['1'] * 10)}]\n"
         for prev, name in zip(["", "a", "b", "c", "d", "e", "f", "g"], "abcdefgh", strict=True)
@@ -435,11 +500,14 @@ def test_hostile_yaml_is_rejected_quickly(tmp_path: Path) -> None:
         message = str(load_error(path))
         assert_one_line(message)
         assert message.startswith(str(path))
-    assert str(load_error(recursive)).startswith(f"{recursive}:3: tool.retry_policy.id: unknown key")
+    assert str(load_error(recursive)).startswith(f"{recursive}:4: tool.retry_policy.id: unknown key")
     assert str(load_error(deep)) == f"{deep}:1: YAML syntax error: nested deeper than 100 levels"
     block = write(tmp_path / "block.yaml", "- " * 5000 + "x\n")
     assert str(load_error(block)) == f"{block}: YAML error: nested too deeply"
-    ok = write(tmp_path / "ok.yaml", "tool:\n  id: ok\n  description: " + "[" * 50 + "]" * 50 + "\n")
+    ok = write(
+        tmp_path / "ok.yaml",
+        "tool:\n  id: ok\n  side_effect: read_only\n  description: " + "[" * 50 + "]" * 50 + "\n",
+    )
     assert "valid string" in str(load_error(ok))  # moderately nested YAML still parses
 
 
@@ -449,6 +517,7 @@ def test_error_str_is_one_line_and_counts_the_rest(tmp_path: Path) -> None:
         """
         tool:
           id: flaky
+          side_effect: read_only
           timeout_ms: fast
           retry_policy:
             max_attempts: 0
@@ -463,20 +532,22 @@ def test_error_str_is_one_line_and_counts_the_rest(tmp_path: Path) -> None:
     assert str(error) == f"{error.issues[0]} (and 2 more)"
     assert_one_line(str(error))
     assert [(i.line, i.field) for i in error.issues] == [
-        (3, "tool.timeout_ms"),
-        (5, "tool.retry_policy.max_attempts"),
-        (7, "tool.circuit_breaker.failure_threshold"),
+        (4, "tool.timeout_ms"),
+        (6, "tool.retry_policy.max_attempts"),
+        (8, "tool.circuit_breaker.failure_threshold"),
     ]
     assert all(issue.path == str(path) for issue in error.issues)
 
 
 def test_single_issue_has_no_more_suffix(tmp_path: Path) -> None:
-    path = write(tmp_path / "flaky.yaml", "tool:\n  id: flaky\n  timeout_ms: fast\n")
+    path = write(
+        tmp_path / "flaky.yaml", "tool:\n  id: flaky\n  timeout_ms: fast\n  side_effect: read_only\n"
+    )
     assert "more)" not in str(load_error(path))
 
 
 def test_line_breaks_in_keys_never_break_the_one_line_error(tmp_path: Path) -> None:
-    path = write(tmp_path / "flaky.yaml", 'tool:\n  id: flaky\n  "time\\nout": 1\n')
+    path = write(tmp_path / "flaky.yaml", 'tool:\n  id: flaky\n  "time\\nout": 1\n  side_effect: read_only\n')
     message = str(load_error(path))
     assert_one_line(message)
     assert message.startswith(f"{path}:3: tool.time\\nout: unknown key")
@@ -489,8 +560,10 @@ def test_manifest_issue_without_line_or_field() -> None:
 
 
 def test_duplicate_tool_id_across_files_names_both(tmp_path: Path) -> None:
-    first = write(tmp_path / "a_search.yaml", "tool:\n  id: search\n")
-    second = write(tmp_path / "b_search.yaml", "tool:\n  description: copy\n  id: search\n")
+    first = write(tmp_path / "a_search.yaml", "tool:\n  id: search\n  side_effect: read_only\n")
+    second = write(
+        tmp_path / "b_search.yaml", "tool:\n  description: copy\n  id: search\n  side_effect: read_only\n"
+    )
 
     with pytest.raises(ManifestError) as info:
         ManifestRegistry.from_directory(tmp_path)
@@ -501,9 +574,12 @@ def test_duplicate_tool_id_across_files_names_both(tmp_path: Path) -> None:
 
 
 def test_directory_load_reports_every_bad_file(tmp_path: Path) -> None:
-    write(tmp_path / "good.yaml", "tool:\n  id: good\n")
-    bad_a = write(tmp_path / "bad_a.yaml", "tool:\n  id: a\n  timeout_ms: -1\n")
-    bad_b = write(tmp_path / "bad_b.yaml", "tool:\n  id: b\n  retry_policy: {max_attempts: 0}\n")
+    write(tmp_path / "good.yaml", "tool:\n  id: good\n  side_effect: read_only\n")
+    bad_a = write(tmp_path / "bad_a.yaml", "tool:\n  id: a\n  timeout_ms: -1\n  side_effect: read_only\n")
+    bad_b = write(
+        tmp_path / "bad_b.yaml",
+        "tool:\n  id: b\n  retry_policy: {max_attempts: 0}\n  side_effect: read_only\n",
+    )
 
     with pytest.raises(ManifestError) as info:
         ManifestRegistry.from_directory(tmp_path)
@@ -544,6 +620,7 @@ def test_defaults_merge_key_by_key(tmp_path: Path) -> None:
         """
         tool:
           id: search
+          side_effect: read_only
           retry_policy:
             max_attempts: 2
           circuit_breaker:
@@ -553,7 +630,7 @@ def test_defaults_merge_key_by_key(tmp_path: Path) -> None:
               treat_as: permanent
         """,
     )
-    write(tmp_path / "plain.yaml", "tool:\n  id: plain\n")
+    write(tmp_path / "plain.yaml", "tool:\n  id: plain\n  side_effect: read_only\n")
 
     registry = ManifestRegistry.from_directory(tmp_path)
 
@@ -579,7 +656,10 @@ def test_defaults_merge_key_by_key(tmp_path: Path) -> None:
 def test_a_tool_can_break_a_defaults_constraint(tmp_path: Path) -> None:
     """Validation runs on the merged policy: initial delay from the file, max from defaults."""
     write(tmp_path / DEFAULTS_FILE, DEFAULTS)
-    path = write(tmp_path / "slow.yaml", "tool:\n  id: slow\n  retry_policy:\n    initial_delay_ms: 500\n")
+    path = write(
+        tmp_path / "slow.yaml",
+        "tool:\n  id: slow\n  retry_policy:\n    initial_delay_ms: 500\n  side_effect: read_only\n",
+    )
 
     with pytest.raises(ManifestError) as info:
         ManifestRegistry.from_directory(tmp_path)
@@ -595,6 +675,8 @@ DEFAULTS_ERRORS = [
     ("defaults:\n  timeout_ms: 1\n  timeout_ms: 2\n", 3, "defaults.timeout_ms"),
     ("tool:\n  id: defaults\n", 1, ""),
     ("defaults: [\n", 2, ""),
+    ("defaults:\n  timeout_ms: 1000\n  side_effect: idempotent\n", 3, "defaults.side_effect"),
+    ("defaults:\n  timeout_ms: true\n", 2, "defaults.timeout_ms"),
 ]
 DEFAULTS_FRAGMENTS = [
     "greater than or equal to 1",
@@ -602,6 +684,8 @@ DEFAULTS_FRAGMENTS = [
     "duplicate key (first on line 2)",
     "expected a top-level 'defaults:' mapping",
     "YAML syntax error",
+    "not allowed in defaults: state it in each tool's own file",
+    "not a boolean",
 ]
 
 
@@ -614,7 +698,7 @@ def test_invalid_defaults_reported_with_their_own_file_and_line(
 ) -> None:
     defaults = tmp_path / DEFAULTS_FILE
     defaults.write_text(text, encoding="utf-8")
-    write(tmp_path / "search.yaml", "tool:\n  id: search\n")
+    write(tmp_path / "search.yaml", "tool:\n  id: search\n  side_effect: read_only\n")
 
     with pytest.raises(ManifestError) as info:
         ManifestRegistry.from_directory(tmp_path)
@@ -678,7 +762,7 @@ def test_invalid_edit_is_rejected_and_last_good_stays(bundled: Path) -> None:
     assert event.path == str(path)
     assert event.kept_digest == good.digest
     assert event.errors == (
-        f"{path}:10: tool.retry_policy.max_attempts: Input should be greater than or equal to 1",
+        f"{path}:11: tool.retry_policy.max_attempts: Input should be greater than or equal to 1",
     )
     assert good.digest in event.describe()
     assert registry.get("custom_api") is good.manifest
@@ -762,7 +846,7 @@ def test_deleting_a_rejected_file_removes_the_last_good_version(bundled: Path) -
 
 def test_new_rejected_file_deleted_leaves_nothing(tmp_path: Path) -> None:
     registry = ManifestRegistry.from_directory(tmp_path)
-    path = write(tmp_path / "new.yaml", "tool:\n  id: new\n  timeout_ms: -1\n")
+    path = write(tmp_path / "new.yaml", "tool:\n  id: new\n  timeout_ms: -1\n  side_effect: read_only\n")
     (event,) = reload(registry, path)
     assert isinstance(event, ManifestRejected)
     assert event.kept_digest is None
@@ -776,13 +860,13 @@ def test_new_rejected_file_deleted_leaves_nothing(tmp_path: Path) -> None:
 
 def test_added_file_loads_and_renamed_id_replaces_the_old_tool(tmp_path: Path) -> None:
     registry = ManifestRegistry.from_directory(tmp_path)
-    path = write(tmp_path / "search.yaml", "tool:\n  id: search\n")
+    path = write(tmp_path / "search.yaml", "tool:\n  id: search\n  side_effect: read_only\n")
     (added,) = reload(registry, path)
     assert isinstance(added, ManifestLoaded)
     assert added.previous_digest is None
     assert "loaded from" in added.describe()
 
-    write(path, "tool:\n  id: search_v2\n")
+    write(path, "tool:\n  id: search_v2\n  side_effect: read_only\n")
     removed, loaded = reload(registry, path)
 
     assert isinstance(removed, ManifestRemoved)
@@ -795,7 +879,7 @@ def test_added_file_loads_and_renamed_id_replaces_the_old_tool(tmp_path: Path) -
 def test_duplicate_id_in_new_file_is_rejected_and_original_kept(bundled: Path) -> None:
     registry = ManifestRegistry.from_directory(bundled)
     good = registry.entries["custom_api"]
-    copy = write(bundled / "custom_api_copy.yaml", "tool:\n  id: custom_api\n")
+    copy = write(bundled / "custom_api_copy.yaml", "tool:\n  id: custom_api\n  side_effect: read_only\n")
 
     (event,) = reload(registry, copy)
 
@@ -807,7 +891,10 @@ def test_duplicate_id_in_new_file_is_rejected_and_original_kept(bundled: Path) -
 
 
 def test_defaults_change_that_breaks_a_tool_is_rejected_as_a_whole(bundled: Path) -> None:
-    slow = write(bundled / "slow.yaml", "tool:\n  id: slow\n  retry_policy:\n    initial_delay_ms: 500\n")
+    slow = write(
+        bundled / "slow.yaml",
+        "tool:\n  id: slow\n  retry_policy:\n    initial_delay_ms: 500\n  side_effect: read_only\n",
+    )
     registry = ManifestRegistry.from_directory(bundled)
     entries = dict(registry.entries)
     version = registry.version
@@ -881,8 +968,11 @@ def test_valid_defaults_change_reapplies_to_every_tool(bundled: Path) -> None:
 
 def test_defaults_change_retries_files_rejected_under_the_old_defaults(bundled: Path) -> None:
     registry = ManifestRegistry.from_directory(bundled)
-    slow = write(bundled / "slow.yaml", "tool:\n  id: slow\n  retry_policy:\n    initial_delay_ms: 1500\n")
-    still_bad = write(bundled / "bad.yaml", "tool:\n  id: bad\n  timeout_ms: -1\n")
+    slow = write(
+        bundled / "slow.yaml",
+        "tool:\n  id: slow\n  retry_policy:\n    initial_delay_ms: 1500\n  side_effect: read_only\n",
+    )
+    still_bad = write(bundled / "bad.yaml", "tool:\n  id: bad\n  timeout_ms: -1\n  side_effect: read_only\n")
     rejected = reload(registry, slow, still_bad)
     assert [type(e) for e in rejected] == [ManifestRejected, ManifestRejected]
     defaults = bundled / DEFAULTS_FILE
@@ -897,9 +987,28 @@ def test_defaults_change_retries_files_rejected_under_the_old_defaults(bundled: 
     assert set(registry.rejected) == {str(still_bad)}
 
 
+def test_a_rejected_file_broken_further_is_not_retried_from_its_old_content(bundled: Path) -> None:
+    registry = ManifestRegistry.from_directory(bundled)
+    slow = write(
+        bundled / "slow.yaml",
+        "tool:\n  id: slow\n  retry_policy:\n    initial_delay_ms: 1500\n  side_effect: read_only\n",
+    )
+    reload(registry, slow)
+    slow.write_text("tool: [")
+    reload(registry, slow)
+    defaults = bundled / DEFAULTS_FILE
+    defaults.write_text(defaults.read_text().replace("max_delay_ms: 800", "max_delay_ms: 1600"))
+
+    events = reload(registry, defaults)
+
+    assert "slow" not in {getattr(e, "tool_id", None) for e in events}
+    assert "slow" not in registry.entries
+    assert set(registry.rejected) == {str(slow)}
+
+
 def test_deleting_defaults_falls_back_to_built_in_defaults(tmp_path: Path) -> None:
     defaults = write(tmp_path / DEFAULTS_FILE, DEFAULTS)
-    write(tmp_path / "search.yaml", "tool:\n  id: search\n")
+    write(tmp_path / "search.yaml", "tool:\n  id: search\n  side_effect: idempotent\n")
     registry = ManifestRegistry.from_directory(tmp_path)
     assert registry.get("search").timeout_ms == 12000
     defaults.unlink()
@@ -945,6 +1054,186 @@ def test_watcher_paths_in_another_form_name_the_same_file(
     assert event.path == str(Path("manifests/custom_api.yaml"))
     assert registry.get("custom_api").retry_policy.max_attempts == 4
     assert registry.rejected == {}
+
+
+# --- files that cannot be read: refused, the last good version stays ----------------------
+
+
+def test_truncated_file_without_side_effect_is_rejected_and_the_booking_stays_side_effecting(
+    bundled: Path,
+) -> None:
+    """A file cut before ``side_effect`` used to load as idempotent: a booking re-sent on retry."""
+    registry = ManifestRegistry.from_directory(bundled)
+    good = registry.entries["create_itinerary"]
+    path = bundled / "create_itinerary.yaml"
+    whole = path.read_text()
+    path.write_text(whole[: whole.index("  side_effect:")])
+
+    (event,) = reload(registry, path)
+
+    assert isinstance(event, ManifestRejected)
+    assert event.errors[0] == f"{path}:1: tool.side_effect: {SIDE_EFFECT_REQUIRED}"
+    assert event.kept_digest == good.digest
+    assert registry.get("create_itinerary").side_effect is SideEffect.SIDE_EFFECTING
+
+    path.write_text(whole)
+    (fixed,) = reload(registry, path)
+    assert isinstance(fixed, ManifestLoaded)
+    assert registry.rejected == {}
+
+
+def test_manifests_built_in_code_keep_the_idempotent_default() -> None:
+    assert ToolManifest(id="x").side_effect is SideEffect.IDEMPOTENT
+
+
+def replace_with_symlink(path: Path, target: str) -> None:
+    path.unlink()
+    path.symlink_to(target)
+
+
+@pytest.mark.timeout(20)  # before the fix, reading the FIFO blocked for good
+@pytest.mark.parametrize(
+    ("make", "reason"),
+    [
+        pytest.param(lambda p: os.mkfifo(p), "not a regular file (a FIFO)", id="fifo"),
+        pytest.param(lambda p: p.mkdir(), "not a regular file (a directory)", id="directory"),
+        pytest.param(
+            lambda p: p.symlink_to(p.parent / "nowhere.yaml"),
+            "dangling symlink (its target does not exist)",
+            id="dangling-symlink",
+        ),
+        pytest.param(lambda p: p.symlink_to(p.name), "symlink loop", id="symlink-loop"),
+        pytest.param(
+            lambda p: p.write_bytes(b"#" * int(1.6 * 1024 * 1024)),
+            "larger than 1 MiB (1.6 MiB)",
+            id="too-large",
+        ),
+    ],
+)
+def test_an_unreadable_file_in_place_of_a_manifest_is_refused_and_the_last_good_stays(
+    bundled: Path, make: Any, reason: str
+) -> None:
+    registry = ManifestRegistry.from_directory(bundled)
+    good = registry.entries["hotel_search"]
+    version = registry.version
+    path = bundled / "hotel_search.yaml"
+    path.unlink()
+    make(path)
+
+    (event,) = reload(registry, path)
+
+    assert isinstance(event, ManifestRefused)
+    assert (event.path, event.kept_digest) == (str(path), good.digest)
+    assert event.reason == reason
+    assert event.describe() == f"manifest refused: {path}: {event.reason}; keeping {good.digest}"
+    assert registry.entries["hotel_search"] is good
+    assert registry.get("hotel_search").side_effect is SideEffect.READ_ONLY  # not the idempotent default
+    assert registry.version == version
+    assert registry.refused == {str(path): event.reason}
+    assert path in registry.tracked_files()
+
+    # only a file that is really gone removes the tool
+    if path.is_dir() and not path.is_symlink():
+        path.rmdir()
+    else:
+        path.unlink()
+    (removed,) = reload(registry, path)
+    assert isinstance(removed, ManifestRemoved)
+    assert registry.refused == {}
+
+
+def test_a_refused_file_restored_is_loaded_again(bundled: Path) -> None:
+    registry = ManifestRegistry.from_directory(bundled)
+    path = bundled / "hotel_search.yaml"
+    saved = bundled.parent / "hotel_search.saved"
+    path.rename(saved)
+    path.symlink_to(bundled / "gone.yaml")
+    assert isinstance(reload(registry, path)[0], ManifestRefused)
+
+    path.unlink()
+    saved.rename(path)
+    (event,) = reload(registry, path)
+
+    assert isinstance(event, ManifestLoaded)
+    assert event.digest == event.previous_digest  # the same policy: only the file is good again
+    assert registry.refused == {}
+
+
+def test_size_cap_is_configurable_and_says_both_sizes(tmp_path: Path) -> None:
+    big = tmp_path / "big.yaml"
+    big.write_bytes(b"tool:\n  id: big\n  side_effect: read_only\n# padding\n".ljust(2048, b"#"))
+    write(tmp_path / "small.yaml", "tool:\n  id: small\n  side_effect: read_only\n")
+
+    registry = ManifestRegistry.from_directory(tmp_path, max_bytes=1024)
+
+    assert set(registry.entries) == {"small"}
+    assert registry.refused == {str(big): "larger than 1 KiB (2 KiB)"}
+    assert "big" in ManifestRegistry.from_directory(tmp_path).entries  # under the default 1 MiB
+    huge = tmp_path / "huge.yaml"
+    huge.write_bytes(b"x" * int(1.6 * 1024 * 1024))
+    (event,) = reload(ManifestRegistry.from_directory(tmp_path), huge)
+    assert isinstance(event, ManifestRefused)
+    assert event.reason == "larger than 1 MiB (1.6 MiB)"
+
+
+@pytest.mark.timeout(20)  # before the fix, a FIFO named like a manifest hung the start-up for good
+def test_files_skipped_at_start_up_are_reported(tmp_path: Path) -> None:
+    write(tmp_path / "good.yaml", "tool:\n  id: good\n  side_effect: read_only\n")
+    os.mkfifo(tmp_path / "fifo.yaml")
+    (tmp_path / "dangling.yaml").symlink_to(tmp_path / "nowhere.yaml")
+    (tmp_path / "folder.yml").mkdir()
+    (tmp_path / "notes.txt").write_text("not a manifest")
+
+    registry = ManifestRegistry.from_directory(tmp_path, at=7.0)
+
+    assert set(registry.entries) == {"good"}
+    assert registry.refused == {
+        str(tmp_path / "dangling.yaml"): "dangling symlink (its target does not exist)",
+        str(tmp_path / "fifo.yaml"): "not a regular file (a FIFO)",
+        str(tmp_path / "folder.yml"): "not a regular file (a directory)",
+    }
+    events = registry.refusal_events(at=7.0, t=0.0)
+    assert [(e.path, e.reason) for e in events] == list(registry.refused.items())
+    assert all(isinstance(e, ManifestRefused) and e.kept_digest is None for e in events)
+
+
+@pytest.mark.anyio
+async def test_a_started_engine_says_which_files_it_skipped(tmp_path: Path) -> None:
+    write(tmp_path / "good.yaml", "tool:\n  id: good\n  side_effect: read_only\n")
+    os.mkfifo(tmp_path / "fifo.yaml")
+    engine = Engine(tmp_path)  # not watching: started all the same, it must say so
+    events: list[Event] = []
+    engine.subscribe(events.append, direct=True)
+    async with engine:
+        pass
+    assert [(type(e), e.path) for e in events] == [(ManifestRefused, str(tmp_path / "fifo.yaml"))]
+
+
+@pytest.mark.timeout(20)
+def test_load_manifest_and_other_config_readers_refuse_a_fifo(tmp_path: Path) -> None:
+    fifo = tmp_path / "x.yaml"
+    os.mkfifo(fifo)
+    assert str(load_error(fifo)) == f"{fifo}: not a regular file (a FIFO)"
+
+
+def test_a_read_done_earlier_is_applied_under_the_defaults_in_force(bundled: Path) -> None:
+    """The watcher reads and validates in a worker thread; the registry applies on the loop."""
+    registry = ManifestRegistry.from_directory(bundled)
+    path = bundled / "hotel_search.yaml"
+    path.write_text(path.read_text().replace("timeout_ms: 30000", "timeout_ms: 25000"))
+    read = registry.read(path)
+    assert read.checked is not None
+    defaults = bundled / DEFAULTS_FILE
+    defaults.write_text(defaults.read_text().replace("max_attempts: 5", "max_attempts: 6"))
+    reload(registry, defaults)
+
+    (event,) = registry.reload([read], at=1.0, t=2.0)
+
+    assert isinstance(event, ManifestLoaded)
+    hotel = registry.get("hotel_search")
+    assert (hotel.timeout_ms, hotel.retry_policy.max_attempts) == (25000, 6)  # re-validated
+    assert registry.seen(path) == read.key == read.digest
+    assert registry.peek(path) == read.key
 
 
 # --- property: garbage in, ManifestError out ----------------------------------------------

@@ -14,10 +14,10 @@ from engine.demo import demo_engine
 from engine.engine import Engine
 from engine.events import Event
 from engine.faults import FaultInjector
-from engine.replay import RecordedAttempt, Recording, ReplayError, decisions, replay
+from engine.replay import RecordedAttempt, Recording, ReplayError, decisions, replay, replay_on_virtual_time
 from engine.scenario import load_scenario, run_scenario
 from engine.turns import ToolCall, Turn
-from tests.engine.conftest import Scripted, make_engine
+from tests.engine.conftest import Scripted, after, make_engine
 
 pytestmark = pytest.mark.anyio
 
@@ -109,3 +109,86 @@ async def test_recorded_attempts_carry_values_classifications_and_latencies() ->
 
 def test_decision_facts_ignore_wall_clock_and_absolute_time() -> None:
     assert decisions([]) == {}
+
+
+def shifted(events: list[Event], after_t: float, by_s: float) -> list[Event]:
+    """The events, with everything after ``after_t`` happening ``by_s`` later (a late wake-up)."""
+    return [dataclasses.replace(e, t=e.t + by_s) if e.t > after_t else e for e in events]  # type: ignore[type-var]
+
+
+async def test_times_within_the_tolerance_match_and_beyond_it_do_not() -> None:
+    engine, turns = await record_demo()
+    lookup = manifest_lookup(engine)
+    events = turns[0]  # plan-trip: flights fails twice, then succeeds
+    first_failure = next(e.t for e in events if e.event_type == "ToolError")
+    late = Recording.from_events(shifted(events, first_failure, 0.003), lookup)
+    assert (await replay(late)).matches, "a 3 ms late wake-up is scheduling, not a divergence"
+    later = Recording.from_events(shifted(events, first_failure, 0.2), lookup)
+    report = await replay(later, tolerance_s=0.05)
+    assert not report.matches
+    assert any("attempt 2 start: recorded probe=False @" in m for m in report.mismatches)
+
+
+@pytest.mark.parametrize("anyio_backend", [None])  # records on the real clock: its own event loop
+def test_a_turn_recorded_on_a_real_clock_replays_as_matching(anyio_backend: None) -> None:
+    """Real sleeps make every recorded time a little late; the replay still matches."""
+    from engine import RetryPolicy, ToolManifest
+    from engine.breaker import BreakerConfig
+
+    failures = {"flights": 2}
+
+    async def flights(route: str) -> str:
+        await anyio.sleep(0.003)
+        if failures["flights"]:
+            failures["flights"] -= 1
+            raise ConnectionResetError("dropped")
+        return f"flights {route}"
+
+    async def hotels(city: str) -> str:
+        await anyio.sleep(1)  # past its 40 ms timeout: timed out, twice
+        return city
+
+    async def backup(city: str) -> str:
+        await anyio.sleep(0.002)
+        return f"backup {city}"
+
+    engine = Engine(
+        [
+            ToolManifest(id="flights", retry_policy=RetryPolicy(initial_delay_ms=10, jitter_percent=20)),
+            ToolManifest(
+                id="hotels", timeout_ms=40, alternatives=("backup",),
+                retry_policy=RetryPolicy(max_attempts=2, initial_delay_ms=5),
+                circuit_breaker=BreakerConfig(failure_threshold=2, timeout_ms=60_000),
+            ),
+        ],
+        record=True,
+    )  # fmt: skip
+    for name, fn in (("flights", flights), ("hotels", hotels), ("backup", backup)):
+        engine.register(name, fn)
+    turn = Turn(
+        [ToolCall("f", "flights", {"route": "SFO-JFK"}), ToolCall("h", "hotels", {"city": "NYC"})],
+        deadline_s=10,
+    )
+
+    async def record() -> list[Event]:
+        async with engine:
+            result = await engine.run_turn(turn)
+        return result.trace.events
+
+    events = anyio.run(record, backend="asyncio")
+    assert [e.event_type for e in events].count("ToolError") == 4
+    assert any(e.event_type == "AlternativeUsed" for e in events)
+    report = replay_on_virtual_time(Recording.from_events(events, manifest_lookup(engine)))
+    assert report.matches, (report.mismatches, report.unmatched, report.unused)
+    assert report.decisions >= 10
+
+
+async def test_an_interrupted_turn_is_refused_with_its_reason() -> None:
+    engine = make_engine(record=True)
+    engine.register("svc", Scripted(after(100, "late")))
+    events: list[Event] = []
+    engine.subscribe(events.append, direct=True)
+    with anyio.move_on_after(1):
+        await engine.run_turn(Turn([ToolCall("a", "svc")]))
+    with pytest.raises(ReplayError, match="was interrupted"):
+        Recording.from_events(events, manifest_lookup(engine))

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import math
 import random
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from engine.retry import RetryPolicy, plan_retry
+from engine.breaker import BreakerConfig
+from engine.config import DAY_MS
+from engine.engine import Engine
+from engine.manifest import ToolManifest
+from engine.retry import MAX_ATTEMPTS, MAX_MULTIPLIER, RetryPolicy, plan_retry
 
 
 def test_spec_defaults() -> None:
@@ -110,3 +116,134 @@ def test_turn_budget_caps_retries_more_tightly() -> None:
     assert not retry, "a retry starting exactly at the turn deadline could not finish"
     assert "turn" in reason
     assert plan(remaining_s=0.5)[0]
+
+
+# --- validation at the edges and backoff that cannot overflow ---------------------------------
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"max_attempts": True},
+        {"max_attempts": 2000},
+        {"max_attempts": 10**21},
+        {"initial_delay_ms": False},
+        {"initial_delay_ms": math.inf, "max_delay_ms": math.inf},
+        {"max_delay_ms": 1e308},
+        {"max_total_time_ms": 1e308},
+        {"multiplier": 1e300},
+        {"multiplier": True},
+    ],
+    ids=repr,
+)
+def test_booleans_infinities_and_huge_numbers_are_refused(bad: dict[str, Any]) -> None:
+    with pytest.raises(ValidationError):
+        RetryPolicy(**bad)
+
+
+def test_the_largest_policy_is_accepted() -> None:
+    policy = RetryPolicy(
+        initial_delay_ms=DAY_MS,
+        max_delay_ms=DAY_MS,
+        multiplier=10,
+        max_attempts=100,
+        max_total_time_ms=DAY_MS,
+    )
+    assert policy.base_delay_ms(99) == DAY_MS
+
+
+def test_backoff_caps_before_it_multiplies() -> None:
+    """``2.0 ** 1024`` used to raise OverflowError: 1,025 attempts of a 0 ms backoff did."""
+    assert RetryPolicy().base_delay_ms(5000) == 800
+    assert RetryPolicy(multiplier=10).base_delay_ms(10**9) == 800
+    assert RetryPolicy(initial_delay_ms=0).base_delay_ms(5000) == 0
+    assert RetryPolicy(multiplier=1).base_delay_ms(5000) == 100
+
+
+_bounded_ms = st.floats(0, DAY_MS)
+_policies = st.builds(
+    lambda strategy, a, b, multiplier, jitter, attempts, budget: RetryPolicy(
+        strategy=strategy,
+        initial_delay_ms=min(a, b),
+        max_delay_ms=max(a, b),
+        multiplier=multiplier,
+        jitter_percent=jitter,
+        max_attempts=attempts,
+        max_total_time_ms=budget,
+    ),
+    st.sampled_from(["exponential_backoff", "fixed"]),
+    _bounded_ms,
+    _bounded_ms,
+    st.floats(1, MAX_MULTIPLIER),
+    st.floats(0, 100),
+    st.integers(1, MAX_ATTEMPTS),
+    st.floats(0.001, DAY_MS),
+)
+
+
+@given(
+    policy=_policies,
+    attempts_made=st.integers(1, MAX_ATTEMPTS),
+    elapsed_s=st.floats(0, 2 * DAY_MS / 1000),
+    retry_after_s=st.none() | st.floats(0, 1e9),
+    remaining_s=st.none() | st.floats(-1, 1e9),
+    seed=st.integers(),
+)
+def test_plan_retry_never_raises_and_delays_are_finite_and_capped(
+    policy: RetryPolicy,
+    attempts_made: int,
+    elapsed_s: float,
+    retry_after_s: float | None,
+    remaining_s: float | None,
+    seed: int,
+) -> None:
+    plan = plan_retry(
+        policy,
+        attempts_made=attempts_made,
+        elapsed_s=elapsed_s,
+        rng=random.Random(seed),
+        retry_after_s=retry_after_s,
+        remaining_s=remaining_s,
+    )
+    assert math.isfinite(plan.delay_s)
+    cap_s = policy.max_delay_ms * (1 + policy.jitter_percent / 100) / 1000
+    assert 0 <= plan.delay_s <= max(cap_s, retry_after_s or 0) + 1e-9
+    assert plan.reason
+    if plan.retry:
+        assert attempts_made < policy.max_attempts
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "policy",
+    [
+        RetryPolicy(initial_delay_ms=0, max_attempts=MAX_ATTEMPTS),
+        RetryPolicy(
+            initial_delay_ms=1,
+            multiplier=MAX_MULTIPLIER,
+            max_delay_ms=DAY_MS,
+            max_attempts=MAX_ATTEMPTS,
+            max_total_time_ms=DAY_MS,
+        ),
+    ],
+    ids=["zero-backoff", "largest-backoff"],
+)
+async def test_try_call_never_raises_at_the_limits(policy: RetryPolicy) -> None:
+    calls: list[int] = []
+
+    async def down() -> None:
+        calls.append(1)
+        raise ConnectionError("connection reset by peer")
+
+    manifest = ToolManifest(
+        id="down", retry_policy=policy, circuit_breaker=BreakerConfig(failure_threshold=1000)
+    )
+    engine = Engine([manifest], rng=random.Random(0))
+    engine.register("down", down)
+
+    result = await engine.try_call("down")
+
+    assert not result.ok
+    assert result.attempts == len(calls) >= 2
+    if policy.initial_delay_ms == 0:
+        assert result.attempts == MAX_ATTEMPTS

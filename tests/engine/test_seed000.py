@@ -25,7 +25,7 @@ from engine import (
     load_manifest,
 )
 from engine.events import Event
-from tests.engine.conftest import Scripted, make_engine, recorded
+from tests.engine.conftest import Scripted, make_engine, new_engine, recorded
 
 MANIFESTS = Path(__file__).parents[2] / "manifests"
 
@@ -75,7 +75,7 @@ pytestmark_anyio = pytest.mark.anyio
 async def test_2_1_exponential_backoff_delays_correct() -> None:
     totals = []
     for seed in range(20):
-        engine = make_engine(seed=seed)
+        engine = await new_engine(seed=seed)
         tool = engine.register("flight_search", Scripted(TimeoutError("Connection timeout")))
         await engine.try_call("flight_search")
         assert tool.calls == 5, "all 5 attempts executed"
@@ -90,7 +90,7 @@ async def test_2_2_jitter_applied_correctly() -> None:
     policy = RetryPolicy(strategy="fixed", initial_delay_ms=100, max_delay_ms=100, max_attempts=11,
                          max_total_time_ms=10_000)  # fmt: skip
     breaker = BreakerConfig(failure_threshold=20)  # keep the breaker out of this retry test
-    engine = make_engine(
+    engine = await new_engine(
         ToolManifest(id="flight_search", retry_policy=policy, circuit_breaker=breaker), seed=2025
     )
     tool = engine.register("flight_search", Scripted(TimeoutError()))
@@ -104,7 +104,7 @@ async def test_2_2_jitter_applied_correctly() -> None:
 
 @pytestmark_anyio
 async def test_2_3_max_attempts_respected() -> None:
-    engine = make_engine()
+    engine = await new_engine()
     tool = engine.register("flight_search", Scripted(ConnectionResetError()))
     events = recorded(engine)
     with pytest.raises(ToolError) as caught:
@@ -117,7 +117,7 @@ async def test_2_3_max_attempts_respected() -> None:
 @pytestmark_anyio
 async def test_2_4_max_total_time_respected() -> None:
     policy = RetryPolicy(initial_delay_ms=0, max_total_time_ms=2000)
-    engine = make_engine(ToolManifest(id="flight_search", retry_policy=policy))
+    engine = await new_engine(ToolManifest(id="flight_search", retry_policy=policy))
     tool = engine.register("flight_search", Scripted(ConnectionResetError(), duration=0.6))
     events = recorded(engine)
     start = anyio.current_time()
@@ -129,7 +129,7 @@ async def test_2_4_max_total_time_respected() -> None:
 
 @pytestmark_anyio
 async def test_2_5_tool_specific_overrides_work() -> None:
-    engine = make_engine(custom_api())
+    engine = await new_engine(custom_api())
     tool = engine.register("custom_api", Scripted(ConnectionResetError()))
     await engine.try_call("custom_api")
     assert tool.calls == 3, "max_attempts 3, not the default 5"
@@ -148,7 +148,7 @@ def single_attempts() -> ToolManifest:
 
 @pytestmark_anyio
 async def test_3_1_circuit_opens_after_n_failures() -> None:
-    engine = make_engine(single_attempts())
+    engine = await new_engine(single_attempts())
     tool = engine.register("flight_search", Scripted(ConnectionResetError()))
     events = recorded(engine)
     breaker = engine.breaker("flight_search")
@@ -205,7 +205,7 @@ async def test_3_2_circuit_half_opens_after_timeout(probe_succeeds: bool) -> Non
 @pytestmark_anyio
 async def test_3_3_circuit_closes_after_success_in_half_open() -> None:
     manifest = single_attempts().model_copy(update={"circuit_breaker": BreakerConfig(timeout_ms=30_000)})
-    engine = make_engine(manifest)
+    engine = await new_engine(manifest)
     engine.register("flight_search", Scripted(*[ConnectionResetError()] * 5, "ok"))
     for _ in range(5):
         await engine.try_call("flight_search")
@@ -219,7 +219,7 @@ async def test_3_3_circuit_closes_after_success_in_half_open() -> None:
 
 @pytestmark_anyio
 async def test_3_4_permanent_errors_dont_increment_circuit_counter() -> None:
-    engine = make_engine(single_attempts())
+    engine = await new_engine(single_attempts())
     errors = [
         ValueError("Invalid input"),
         Exception("Authentication failed (401)"),
@@ -238,7 +238,7 @@ async def test_3_4_permanent_errors_dont_increment_circuit_counter() -> None:
 
 @pytestmark_anyio
 async def test_3_5_transient_errors_increment_circuit_counter() -> None:
-    engine = make_engine(single_attempts())
+    engine = await new_engine(single_attempts())
     errors = [
         TimeoutError("Timeout"),
         Exception("Rate limit exceeded (429)"),
@@ -261,7 +261,7 @@ async def test_3_5_transient_errors_increment_circuit_counter() -> None:
 
 @pytestmark_anyio
 async def test_7_1_rapid_sequential_failures() -> None:
-    engine = make_engine()
+    engine = await new_engine()
     tool = engine.register("flight_search", Scripted(ConnectionResetError()))
     events = recorded(engine)
     outcomes = [await engine.try_call("flight_search") for _ in range(6)]
@@ -274,7 +274,7 @@ async def test_7_1_rapid_sequential_failures() -> None:
 
 @pytestmark_anyio
 async def test_7_2_mixed_transient_and_permanent_errors() -> None:
-    engine = make_engine()
+    engine = await new_engine()
     engine.register(
         "flight_search",
         Scripted(

@@ -21,7 +21,7 @@ from engine import (
     ToolManifest,
 )
 from engine.turns import CallStatus, ToolCall, Turn
-from tests.engine.conftest import Scripted, after, hang, make_engine
+from tests.engine.conftest import Scripted, after, hang, new_engine
 
 pytestmark = pytest.mark.anyio
 
@@ -32,7 +32,7 @@ LONG_BUDGET = RetryPolicy(max_total_time_ms=600_000)
 
 
 async def test_4_1_per_tool_timeout_terminates_tool() -> None:
-    engine = make_engine(ToolManifest(id="flight_search", timeout_ms=30_000, retry_policy=LONG_BUDGET))
+    engine = await new_engine(ToolManifest(id="flight_search", timeout_ms=30_000, retry_policy=LONG_BUDGET))
     tool = engine.register("flight_search", Scripted(hang, "flights"))
     result = await engine.run_turn(Turn([ToolCall("f", "flight_search")], deadline_s=300))
     timeout, failure = result.trace.of("ToolTimeout")[0], result.trace.of("ToolError")[0]
@@ -47,7 +47,7 @@ async def test_4_1_per_tool_timeout_terminates_tool() -> None:
 
 async def test_4_2_per_turn_timeout_collects_partial_results() -> None:
     slow = {"timeout_ms": 400_000}  # tools 2 and 3 still run at t=300s, tool 1 completes at t=50s
-    engine = make_engine(
+    engine = await new_engine(
         ToolManifest(id="flight_search", timeout_ms=60_000),
         ToolManifest(id="hotel_search", **slow),
         ToolManifest(id="activity_search", **slow),
@@ -74,7 +74,7 @@ async def test_4_2_per_turn_timeout_collects_partial_results() -> None:
 
 
 async def test_4_3_timeout_treated_as_transient_error() -> None:
-    engine = make_engine(ToolManifest(id="flight_search", timeout_ms=30_000, retry_policy=LONG_BUDGET))
+    engine = await new_engine(ToolManifest(id="flight_search", timeout_ms=30_000, retry_policy=LONG_BUDGET))
     engine.register("flight_search", Scripted(hang, "ok"))
     result = await engine.run_turn(Turn([ToolCall("f", "flight_search")]))
     (failure,) = result.trace.of("ToolError")
@@ -85,7 +85,7 @@ async def test_4_3_timeout_treated_as_transient_error() -> None:
 
 
 async def test_4_4_timeouts_recorded_in_turn_trace() -> None:
-    engine = make_engine(ToolManifest(id="flight_search", timeout_ms=30_000))
+    engine = await new_engine(ToolManifest(id="flight_search", timeout_ms=30_000))
     engine.register("flight_search", Scripted(hang))
     result = await engine.run_turn(Turn([ToolCall("f", "flight_search")]))
     (entry,) = [e for e in result.trace.to_dicts() if e["event_type"] == "ToolTimeout"]
@@ -97,15 +97,15 @@ async def test_4_4_timeouts_recorded_in_turn_trace() -> None:
 # --- §5 cascading failures -----------------------------------------------------------------
 
 
-def travel_engine(**scripts: Any) -> Any:
-    engine = make_engine()
+async def travel_engine(**scripts: Any) -> Any:
+    engine = await new_engine()
     for tool in ("flight_search", "hotel_search", "activity_search", "compare_prices", "create_itinerary"):
         engine.register(tool, scripts.get(tool, Scripted(f"{tool} result")))
     return engine
 
 
 async def test_5_1_dependent_tools_skipped_when_dependency_fails() -> None:
-    engine = travel_engine(flight_search=Scripted(ValueError("Invalid airport code: XYZ")))
+    engine = await travel_engine(flight_search=Scripted(ValueError("Invalid airport code: XYZ")))
     turn = Turn(
         [
             ToolCall("A", "flight_search"),
@@ -127,7 +127,7 @@ async def test_5_1_dependent_tools_skipped_when_dependency_fails() -> None:
 
 
 async def test_5_2_optional_tools_skipped_required_tools_escalate() -> None:
-    engine = travel_engine(flight_search=Scripted(ValueError("Invalid airport code: XYZ")))
+    engine = await travel_engine(flight_search=Scripted(ValueError("Invalid airport code: XYZ")))
     turn = Turn(
         [
             ToolCall("A", "flight_search"),
@@ -146,7 +146,7 @@ async def test_5_2_optional_tools_skipped_required_tools_escalate() -> None:
 
 async def test_5_3_default_values_used_when_available() -> None:
     compare = Scripted("compared")
-    engine = travel_engine(
+    engine = await travel_engine(
         flight_search=Scripted(ValueError("Invalid airport code: XYZ")), compare_prices=compare
     )
     turn = Turn(
@@ -161,7 +161,7 @@ async def test_5_3_default_values_used_when_available() -> None:
 
 
 async def test_5_4_independent_tools_continue_despite_failures() -> None:
-    engine = travel_engine(flight_search=Scripted(ValueError("Invalid airport code: XYZ")))
+    engine = await travel_engine(flight_search=Scripted(ValueError("Invalid airport code: XYZ")))
     turn = Turn(
         [ToolCall("A", "flight_search"), ToolCall("B", "hotel_search"), ToolCall("C", "activity_search")]
     )
@@ -179,7 +179,7 @@ async def test_6_1_error_handler_receives_error_notifications() -> None:
     def handler(failure: FailureContext) -> None:
         seen.append(failure)  # returning None defers to the default decision
 
-    engine = make_engine(
+    engine = await new_engine(
         ToolManifest(id="flight_search", alternatives=("flight_search_backup",)), handler=handler
     )
     engine.register("flight_search", Scripted(TimeoutError("Connection timeout"), "ok"))
@@ -201,7 +201,7 @@ async def test_6_1_error_handler_receives_error_notifications() -> None:
 
 
 async def test_6_2_error_handler_decides_recovery_strategy() -> None:
-    engine = make_engine()
+    engine = await new_engine()
     engine.register("flight_search", Scripted(TimeoutError("timeout"), "ok"))
     result = await engine.run_turn(Turn([ToolCall("f", "flight_search")]))
     (failure,) = result.trace.of("ToolError")
@@ -211,7 +211,7 @@ async def test_6_2_error_handler_decides_recovery_strategy() -> None:
 
 
 async def test_6_3_retry_succeeds_after_transient_error() -> None:
-    engine = make_engine()
+    engine = await new_engine()
     engine.register("flight_search", Scripted(TimeoutError("timeout"), "flights"))
     result = await engine.run_turn(Turn([ToolCall("f", "flight_search")]))
     assert result.outcomes["f"].value == "flights"
@@ -219,7 +219,7 @@ async def test_6_3_retry_succeeds_after_transient_error() -> None:
 
 
 async def test_6_4_alternative_tool_used_when_primary_fails() -> None:
-    engine = make_engine(ToolManifest(id="flight_search", alternatives=("flight_search_backup",)))
+    engine = await new_engine(ToolManifest(id="flight_search", alternatives=("flight_search_backup",)))
     primary = engine.register("flight_search", Scripted(NotImplementedError("route not supported")))
     backup = engine.register("flight_search_backup", Scripted("backup flights"))
     result = await engine.run_turn(Turn([ToolCall("f", "flight_search")]))
@@ -232,7 +232,7 @@ async def test_6_4_alternative_tool_used_when_primary_fails() -> None:
 
 
 async def test_6_5_escalation_triggered_for_permanent_errors() -> None:
-    engine = make_engine()
+    engine = await new_engine()
     engine.register("flight_search", Scripted(ValueError("Invalid input")))
     result = await engine.run_turn(Turn([ToolCall("f", "flight_search")]))
     (failure,) = result.trace.of("ToolError")
@@ -244,7 +244,7 @@ async def test_6_5_escalation_triggered_for_permanent_errors() -> None:
 
 
 async def test_6_6_turn_trace_records_all_error_handling_decisions() -> None:
-    engine = make_engine(ToolManifest(id="flight_search", alternatives=("flight_search_backup",)))
+    engine = await new_engine(ToolManifest(id="flight_search", alternatives=("flight_search_backup",)))
     engine.register("flight_search", Scripted(Exception("Service unavailable (503)")))
     engine.register("flight_search_backup", Scripted("backup"))
     engine.register("hotel_search", Scripted(ValueError("Invalid city")))
@@ -272,7 +272,7 @@ async def test_6_6_turn_trace_records_all_error_handling_decisions() -> None:
 
 async def test_7_3_timeout_during_retry() -> None:
     manifest = ToolManifest(id="flight_search", timeout_ms=30_000, retry_policy=LONG_BUDGET)
-    engine = make_engine(manifest)
+    engine = await new_engine(manifest)
     tool = engine.register("flight_search", Scripted(after(25, ConnectionResetError()), hang, hang))
     result = await engine.run_turn(Turn([ToolCall("f", "flight_search")], deadline_s=60))
     first, second, third = tool.started
@@ -289,7 +289,7 @@ async def test_7_3_timeout_during_retry() -> None:
 async def test_7_4_per_turn_timeout_during_retry() -> None:
     # The seed's attempt 2 must still be running at t=60s, so its tool timeout is 40 s, not 30.
     manifest = ToolManifest(id="flight_search", timeout_ms=40_000, retry_policy=LONG_BUDGET)
-    engine = make_engine(manifest)
+    engine = await new_engine(manifest)
     tool = engine.register("flight_search", Scripted(after(25, ConnectionResetError()), hang))
     engine.register("hotel_search", Scripted(after(10, "hotels")))
     turn = Turn([ToolCall("f", "flight_search"), ToolCall("h", "hotel_search")], deadline_s=60)
@@ -310,7 +310,7 @@ async def test_handler_decision_can_route_to_an_alternative() -> None:
             )
         return None
 
-    engine = make_engine(
+    engine = await new_engine(
         ToolManifest(id="flight_search", alternatives=("flight_search_backup",)), handler=prefer_backup
     )
     engine.register("flight_search", Scripted(TimeoutError()))

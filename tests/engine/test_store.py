@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import logging
 import math
 import os
 import sqlite3
@@ -44,12 +43,13 @@ from engine.kinds import ErrorClass, ErrorKind
 from engine.store import (
     APPLICATION_ID,
     MIGRATIONS,
+    ExportRefused,
     TraceRecorder,
     TraceStore,
     TraceStoreError,
     TurnRow,
-    _codec_of,
 )
+from engine.store.codec import codec_of
 from engine.turns import ToolCall, Turn
 from tests.engine.conftest import WALL, Scripted, make_engine
 
@@ -171,7 +171,7 @@ def test_every_event_type_round_trips(store: TraceStore) -> None:
 
 def test_the_generated_row_encoder_writes_the_same_json_as_the_general_one() -> None:
     for event in every_event():
-        codec = _codec_of(type(event))
+        codec = codec_of(type(event))
         fast = codec.row(event)
         assert fast is not None, type(event)
         assert fast == codec.slow_row(event), type(event)
@@ -307,13 +307,17 @@ async def test_a_real_turn_is_stored_as_it_happened(store: TraceStore) -> None:
 async def test_manifest_versions_are_snapshotted_at_attach_and_on_reload(tmp_path: Path) -> None:
     manifests = tmp_path / "manifests"
     manifests.mkdir()
-    (manifests / "flight_search.yaml").write_text("tool:\n  id: flight_search\n  timeout_ms: 1000\n")
+    (manifests / "flight_search.yaml").write_text(
+        "tool:\n  id: flight_search\n  timeout_ms: 1000\n  side_effect: read_only\n"
+    )
     engine = Engine(manifests)
     engine.register("flight_search", Scripted("ok"))
     with TraceStore(tmp_path / "t.db") as store:
         recorder = TraceRecorder(store).attach(engine)
         first = engine.manifests.digest("flight_search")
-        (manifests / "flight_search.yaml").write_text("tool:\n  id: flight_search\n  timeout_ms: 2000\n")
+        (manifests / "flight_search.yaml").write_text(
+            "tool:\n  id: flight_search\n  timeout_ms: 2000\n  side_effect: read_only\n"
+        )
         (loaded,) = engine.reload_manifests()
         assert isinstance(loaded, ManifestLoaded)
         recorder.close()
@@ -351,36 +355,6 @@ async def test_durability_says_whether_run_turn_waits_for_the_commit(tmp_path: P
         assert recorder.stats.pending == 0
         recorder.close()
         assert engine.recorder is None
-
-
-@pytest.mark.parametrize("anyio_backend", ["asyncio"])
-async def test_a_failing_store_never_breaks_the_engine(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    engine, turn = travel_engine()
-    with TraceStore(tmp_path / "t.db") as store:
-        recorder = TraceRecorder(store, batch_ms=5).attach(engine)
-        real_write = store.write
-        failures = iter([True, True, True, False])  # two batches' worth: dropped, then a retry that works
-
-        def flaky(*args: Any, **kwargs: Any) -> int:
-            if next(failures, False):
-                raise TraceStoreError(store.path, "write failed: database or disk is full", untouched=False)
-            return real_write(*args, **kwargs)
-
-        monkeypatch.setattr(store, "write", flaky)
-        with caplog.at_level(logging.WARNING, logger="tripwire.store"):
-            result = await engine.run_turn(turn)  # first batch fails twice: dropped
-            assert result.outcome == "ok"
-            second = await engine.run_turn(Turn([ToolCall("h", "hotel_search")], id="again"))
-        assert second.outcome == "ok"
-        recorder.close()
-        stats = recorder.stats
-        assert stats.errors == 3
-        assert stats.dropped > 0 and stats.pending == 0
-        assert store.load_turn("again").row.outcome == "ok", "the retried batch was written"
-        dropped = [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()]
-        assert dropped and all("\n" not in m for m in dropped)
 
 
 async def test_a_sink_never_raises_into_the_engine(
@@ -589,6 +563,34 @@ def test_export_of_an_unknown_turn_is_refused(store: TraceStore, tmp_path: Path)
     assert not (tmp_path / "out.jsonl").exists()
 
 
+def test_export_never_writes_onto_the_store_it_reads(store: TraceStore, tmp_path: Path) -> None:
+    store.write(turn_events("t1", WALL))
+    before = store.path.read_bytes()
+    (tmp_path / "alias.db").symlink_to(store.path)
+    for target in (store.path, tmp_path / "alias.db", store.path.parent / ".." / "traces" / "traces.db"):
+        with pytest.raises(ExportRefused, match="that is the trace store being exported"):
+            store.export_jsonl(target, force=True)
+    assert store.path.read_bytes() == before
+    assert store.list_turns().rows[0].turn_id == "t1"
+
+
+def test_export_replaces_an_existing_file_only_when_forced(store: TraceStore, tmp_path: Path) -> None:
+    store.write(turn_events("t1", WALL))
+    kept = tmp_path / "kept.jsonl"
+    kept.write_text("precious\n")
+    with pytest.raises(ExportRefused, match="already exists; pass force=True to replace it"):
+        store.export_jsonl(kept)
+    assert kept.read_text() == "precious\n"
+    assert store.export_jsonl(kept, force=True) == len(turn_events("t1", WALL))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.jsonl", "traces"], "no temporary file left"
+
+
+@pytest.mark.parametrize("cursor", ["nan:1", "inf:1", "1.0:99999999999999999999999", "1.0:-1", "x", ":"])
+def test_a_malformed_cursor_is_refused_in_one_line(store: TraceStore, cursor: str) -> None:
+    with pytest.raises(TraceStoreError, match="invalid cursor"):
+        store.list_turns(cursor=cursor)
+
+
 def test_time_bounds_take_datetimes(store: TraceStore) -> None:
     store.write([*turn_events("t1", WALL), *turn_events("t2", WALL + 60)])
     since = datetime.fromtimestamp(WALL + 30, tz=UTC)
@@ -789,7 +791,7 @@ def test_an_unreadable_file_is_refused(tmp_path: Path) -> None:
 def test_readonly_refuses_an_older_schema(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "traces.db"
     _filled(path)
-    monkeypatch.setattr("engine.store.MIGRATIONS", [*MIGRATIONS, lambda db: None])
+    monkeypatch.setattr("engine.store.schema.MIGRATIONS", [*MIGRATIONS, lambda db: None])
     newer = len(MIGRATIONS) + 1
     with pytest.raises(TraceStoreError, match=f"older than {newer}: open it once read-write to migrate"):
         TraceStore(path, readonly=True)
@@ -807,7 +809,7 @@ def test_migrations_run_once_in_one_transaction(tmp_path: Path, monkeypatch: pyt
         db.table("turns").add_column("note", str)
         db.execute("UPDATE turns SET note = 'migrated'")
 
-    monkeypatch.setattr("engine.store.MIGRATIONS", [*MIGRATIONS, v2])
+    monkeypatch.setattr("engine.store.schema.MIGRATIONS", [*MIGRATIONS, v2])
     with TraceStore(path) as store:
         assert store.schema_version == len(MIGRATIONS) + 1
         assert store.db.execute("SELECT note FROM turns").fetchall() == [("migrated",)]
@@ -826,7 +828,7 @@ def test_a_failing_migration_changes_nothing(tmp_path: Path, monkeypatch: pytest
         db.table("turns").add_column("note", str)
         raise RuntimeError("half way")
 
-    monkeypatch.setattr("engine.store.MIGRATIONS", [*MIGRATIONS, v2])
+    monkeypatch.setattr("engine.store.schema.MIGRATIONS", [*MIGRATIONS, v2])
     with pytest.raises(TraceStoreError) as info:
         TraceStore(path)
     assert str(info.value) == (
@@ -834,7 +836,7 @@ def test_a_failing_migration_changes_nothing(tmp_path: Path, monkeypatch: pytest
         " (left untouched)"
     )
     assert sha(path) == before
-    monkeypatch.setattr("engine.store.MIGRATIONS", MIGRATIONS)
+    monkeypatch.setattr("engine.store.schema.MIGRATIONS", MIGRATIONS)
     with TraceStore(path) as store:
         assert store.schema_version == len(MIGRATIONS)
         assert "note" not in store.db.table("turns").columns_dict

@@ -22,13 +22,8 @@ from engine.events import (
     ManifestRemoved,
     TurnStarted,
 )
-from engine.store import (
-    _BREAKER_TRANSITIONS,
-    _MANIFEST_CHANGES,
-    MIGRATIONS,
-    TraceStore,
-    TraceStoreError,
-)
+from engine.store import MIGRATIONS, TraceStore, TraceStoreError
+from engine.store.schema import BREAKER_TRANSITIONS, MANIFEST_CHANGES
 from tests.engine.conftest import WALL
 
 
@@ -81,7 +76,7 @@ def states(store: TraceStore) -> dict[str, Any]:
 
 def test_a_v1_store_is_migrated_and_keeps_its_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "traces.db"
-    monkeypatch.setattr("engine.store.MIGRATIONS", MIGRATIONS[:1])
+    monkeypatch.setattr("engine.store.schema.MIGRATIONS", MIGRATIONS[:1])
     with TraceStore(path) as v1:
         assert v1.schema_version == 1
         events = [*turn("t1", WALL, "flight_search"), transition(BreakerTripped, "hotel_search", WALL + 1,
@@ -89,17 +84,18 @@ def test_a_v1_store_is_migrated_and_keeps_its_data(tmp_path: Path, monkeypatch: 
         v1.write(events, manifests=[("d1", "flight_search", {"timeout_ms": 5})])
         before = v1.counts()
         assert "commands" not in v1.db.table_names()
-    monkeypatch.setattr("engine.store.MIGRATIONS", MIGRATIONS)
-    with pytest.raises(TraceStoreError, match="older than 2: open it once read-write to migrate"):
+    monkeypatch.setattr("engine.store.schema.MIGRATIONS", MIGRATIONS)
+    with pytest.raises(TraceStoreError, match="older than 3: open it once read-write to migrate"):
         TraceStore(path, readonly=True)
 
     with TraceStore(path) as store:
-        assert store.schema_version == len(MIGRATIONS) == 2
-        assert store.counts() == before
+        assert store.schema_version == len(MIGRATIONS) == 3
+        assert store.counts() == {**before, "running": 0}
         assert list(store.events()) == events
-        assert store.load_turn("t1").row.outcome == "running"
+        # Left running long ago by a writer that was not recorded (schema 1): finished on opening.
+        assert store.load_turn("t1").row.outcome == "interrupted"
         assert store.manifest("d1") == {"timeout_ms": 5}
-        assert store.db.execute("SELECT value FROM meta WHERE key = 'schema_2_at'").fetchone() is not None
+        assert store.db.execute("SELECT value FROM meta WHERE key = 'schema_3_at'").fetchone() is not None
         indexes = {i.name for t in ("commands", "events", "manifests") for i in store.db.table(t).indexes}
         assert {"commands_pending", "events_breaker_transitions", "events_manifest_changes",
                 "manifests_by_tool"} <= indexes  # fmt: skip
@@ -107,7 +103,7 @@ def test_a_v1_store_is_migrated_and_keeps_its_data(tmp_path: Path, monkeypatch: 
         assert states(store)["hotel_search"].breaker.state is BreakerState.FORCED_OPEN
         assert store.submit_command("reset", "hotel_search", actor="alice") == 1
     with TraceStore(path, readonly=True) as reader:
-        assert reader.schema_version == 2
+        assert reader.schema_version == 3
         assert reader.command(1).status == "pending"
 
 
@@ -118,7 +114,7 @@ def test_the_partial_indexes_name_every_breaker_transition_and_manifest_change()
     assert (
         f"event_type IN ({breakers})",
         f"event_type IN ({manifests})",
-    ) == (_BREAKER_TRANSITIONS, _MANIFEST_CHANGES)
+    ) == (BREAKER_TRANSITIONS, MANIFEST_CHANGES)
 
 
 def test_the_seed_and_tail_queries_use_their_indexes(store: TraceStore) -> None:
@@ -126,10 +122,10 @@ def test_the_seed_and_tail_queries_use_their_indexes(store: TraceStore) -> None:
         return " ".join(str(row[-1]) for row in store.db.execute(f"EXPLAIN QUERY PLAN {sql}").fetchall())
 
     assert "events_breaker_transitions" in plan(
-        f"SELECT id FROM events WHERE tool_id = 'a' AND {_BREAKER_TRANSITIONS} ORDER BY id DESC LIMIT 1"
+        f"SELECT id FROM events WHERE tool_id = 'a' AND {BREAKER_TRANSITIONS} ORDER BY id DESC LIMIT 1"
     )
     assert "events_manifest_changes" in plan(
-        f"SELECT id FROM events WHERE tool_id = 'a' AND {_MANIFEST_CHANGES} ORDER BY id DESC LIMIT 1"
+        f"SELECT id FROM events WHERE tool_id = 'a' AND {MANIFEST_CHANGES} ORDER BY id DESC LIMIT 1"
     )
     assert "commands_pending" in plan("SELECT id FROM commands WHERE status = 'pending' ORDER BY id LIMIT 5")
     assert "PRIMARY KEY" in plan("SELECT id FROM events WHERE id > 5 ORDER BY id LIMIT 10")

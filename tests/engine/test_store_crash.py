@@ -9,71 +9,24 @@ each batch is one transaction.
 
 from __future__ import annotations
 
-import os
-import queue
-import signal
 import sqlite3
-import subprocess
-import sys
-import threading
 import time
 from pathlib import Path
 
-import pytest
-
 from engine.events import AttemptFailed, AttemptStarted, CallSucceeded, TurnFinished, TurnStarted
 from engine.store import TraceStore
+from tests.crash import CrashWorker
 
-ROOT = Path(__file__).resolve().parents[2]
 WANTED = 20
 
 
 def run_and_kill(path: Path, stderr_path: Path) -> dict[str, int]:
-    """Start the worker, read DONE lines until ``WANTED`` turns are reported, SIGKILL it."""
-    done: dict[str, int] = {}
-    lines: queue.Queue[str | None] = queue.Queue()
-    with open(stderr_path, "w") as stderr:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.engine.crash_worker", str(path)],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            text=True,
-        )
-    try:
-        assert proc.stdout is not None
-        stdout = proc.stdout
-
-        def read() -> None:
-            for line in stdout:
-                lines.put(line)
-            lines.put(None)
-
-        threading.Thread(target=read, daemon=True).start()
-        deadline = time.monotonic() + 8
-        while len(done) < WANTED:
-            try:
-                line = lines.get(timeout=max(deadline - time.monotonic(), 0.01))
-            except queue.Empty:
-                pytest.fail(f"only {len(done)} turns reported in time: {stderr_path.read_text()[-2000:]}")
-            if line is None:
-                pytest.fail(f"the worker exited early: {stderr_path.read_text()[-2000:]}")
-            word, turn_id, count = line.split()
-            assert word == "DONE"
-            done[turn_id] = int(count)
+    """Start the worker, wait until ``WANTED`` turns are announced, SIGKILL it: the turns announced."""
+    with CrashWorker(path, stderr_path) as worker:
+        worker.wait_for(WANTED, time.monotonic() + 8)
         # The worker went on at once: the next turn's batches are being written as it is killed.
-        os.kill(proc.pid, signal.SIGKILL)
-        assert proc.wait(5) == -signal.SIGKILL
-        while (line := lines.get(timeout=5)) is not None:  # reported before the kill: must be intact too
-            word, turn_id, count = line.split()
-            done[turn_id] = int(count)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(5)
-        if proc.stdout is not None:
-            proc.stdout.close()
-    return done
+        worker.kill()  # turns announced before the kill must be intact too
+    return worker.announced
 
 
 def test_a_killed_recorder_leaves_every_reported_turn_intact(tmp_path: Path) -> None:

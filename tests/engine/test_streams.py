@@ -10,7 +10,7 @@ import pytest
 
 from engine import BreakerConfig, BreakerState, ErrorKind, RetryPolicy, ToolError, ToolManifest
 from engine.faults import FaultInjector, FaultPlan
-from tests.engine.conftest import make_engine, recorded
+from tests.engine.conftest import new_engine, recorded
 
 pytestmark = pytest.mark.anyio
 
@@ -45,15 +45,15 @@ async def drain(engine: Any, tool: str, into: list[Any] | None = None) -> None:
                 into.append(chunk)
 
 
-def streaming_engine(source: Source, **manifest: Any) -> Any:
-    engine = make_engine(ToolManifest(id="llm", **manifest))
+async def streaming_engine(source: Source, **manifest: Any) -> Any:
+    engine = await new_engine(ToolManifest(id="llm", **manifest))
     engine.register("llm", source.__call__)
     return engine
 
 
 async def test_chunks_arrive_in_order_and_the_stream_completes() -> None:
     source = Source((["a", "b", "c"], None))
-    engine = streaming_engine(source)
+    engine = await streaming_engine(source)
     events = recorded(engine)
     async with engine.stream("llm", prompt="hi") as chunks:
         got = [chunk async for chunk in chunks]
@@ -65,13 +65,13 @@ async def test_chunks_arrive_in_order_and_the_stream_completes() -> None:
 
 
 async def test_a_plain_call_collects_the_chunks() -> None:
-    engine = streaming_engine(Source((["x", "y"], None)))
+    engine = await streaming_engine(Source((["x", "y"], None)))
     assert await engine.call("llm") == ["x", "y"]
 
 
 async def test_a_failure_before_the_first_chunk_is_retried_like_a_call() -> None:
     source = Source(([], ConnectionResetError("reset")), (["ok"], None))
-    engine = streaming_engine(source)
+    engine = await streaming_engine(source)
     async with engine.stream("llm") as chunks:
         assert [c async for c in chunks] == ["ok"]
     assert source.invocations == 2
@@ -79,7 +79,7 @@ async def test_a_failure_before_the_first_chunk_is_retried_like_a_call() -> None
 
 async def test_a_truncated_stream_is_a_transient_failure_that_counts() -> None:
     source = Source((["a", "b"], ConnectionResetError("peer went away")))
-    engine = streaming_engine(source, circuit_breaker=BreakerConfig(failure_threshold=1))
+    engine = await streaming_engine(source, circuit_breaker=BreakerConfig(failure_threshold=1))
     events = recorded(engine)
     got: list[Any] = []
     with pytest.raises(ToolError) as caught:
@@ -95,7 +95,7 @@ async def test_a_truncated_stream_is_a_transient_failure_that_counts() -> None:
 
 
 async def test_a_stalled_stream_hits_the_idle_timeout() -> None:
-    engine = make_engine(ToolManifest(id="stall", timeout_ms=30_000))
+    engine = await new_engine(ToolManifest(id="stall", timeout_ms=30_000))
 
     async def stall(**_: Any) -> AsyncIterator[str]:
         yield "first"
@@ -111,7 +111,7 @@ async def test_a_stalled_stream_hits_the_idle_timeout() -> None:
 
 async def test_stopping_early_is_not_a_failure_and_closes_the_generator() -> None:
     source = Source((["a", "b", "c", "d"], None))
-    engine = streaming_engine(source, circuit_breaker=BreakerConfig(failure_threshold=1))
+    engine = await streaming_engine(source, circuit_breaker=BreakerConfig(failure_threshold=1))
     events = recorded(engine)
     async with engine.stream("llm") as chunks:
         async for chunk in chunks:
@@ -127,7 +127,7 @@ async def test_stopping_early_is_not_a_failure_and_closes_the_generator() -> Non
 
 async def test_an_open_breaker_rejects_the_stream_at_once() -> None:
     source = Source((["a"], None))
-    engine = streaming_engine(source)
+    engine = await streaming_engine(source)
     engine.trip("llm")
     with pytest.raises(ToolError) as caught:
         async with engine.stream("llm"):
@@ -141,7 +141,7 @@ async def test_an_injected_stream_truncation_takes_the_same_path() -> None:
         {"steps": [{"match": {"tool": "llm"}, "sequence": [{"type": "stream_truncate", "after_chunks": 2}]}]}
     )
     source = Source((["a", "b", "c", "d"], None))
-    engine = make_engine(
+    engine = await new_engine(
         ToolManifest(id="llm", retry_policy=RetryPolicy(max_attempts=1)), faults=FaultInjector(plan)
     )
     engine.register("llm", source.__call__)
@@ -155,7 +155,7 @@ async def test_an_injected_stream_truncation_takes_the_same_path() -> None:
 
 
 async def test_a_non_streaming_tool_cannot_be_streamed() -> None:
-    engine = make_engine()
+    engine = await new_engine()
 
     async def plain() -> str:
         return "x"

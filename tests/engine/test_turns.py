@@ -25,17 +25,19 @@ from engine import (
     ToolManifest,
 )
 from engine.events import ToolEvent
-from engine.turns import CallStatus, ToolCall, Turn, TurnError, validate
-from tests.engine.conftest import Scripted, after, hang, make_engine
+from engine.turns import CallOutcome, CallStatus, ToolCall, Turn, TurnError, summarize, validate
+from tests.engine.conftest import Scripted, after, hang, make_engine, new_engine
 
 pytestmark = pytest.mark.anyio
 
 BACKUP = "flight_search_backup"
 
 
-def engine_with(*names: str, manifests: tuple[ToolManifest, ...] = (), **kwargs: Any) -> tuple[Any, dict]:
+async def engine_with(
+    *names: str, manifests: tuple[ToolManifest, ...] = (), **kwargs: Any
+) -> tuple[Any, dict]:
     """An engine with a Scripted tool per name (``"<name> result"``); returns the tools too."""
-    engine = make_engine(*manifests, **kwargs)
+    engine = await new_engine(*manifests, **kwargs)
     tools = {name: engine.register(name, Scripted(f"{name} result")) for name in names}
     return engine, tools
 
@@ -44,7 +46,7 @@ def engine_with(*names: str, manifests: tuple[ToolManifest, ...] = (), **kwargs:
 
 
 async def rejected(turn: Turn, *names: str) -> tuple[TurnError, dict[str, Scripted]]:
-    engine, tools = engine_with(*(names or ("flight_search", "hotel_search")))
+    engine, tools = await engine_with(*(names or ("flight_search", "hotel_search")))
     with pytest.raises(TurnError) as info:
         await engine.run_turn(turn)
     assert all(tool.calls == 0 for tool in tools.values()), "nothing ran"
@@ -135,7 +137,7 @@ def test_turn_error_is_one_line_with_a_count_of_the_rest() -> None:
 
 
 async def test_independent_calls_start_at_the_same_time() -> None:
-    engine = make_engine()
+    engine = await new_engine()
     tools = [engine.register(n, Scripted(n, duration=d)) for n, d in (("f", 5), ("h", 2), ("a", 9))]
     start = anyio.current_time()
     result = await engine.run_turn(Turn([ToolCall("f", "f"), ToolCall("h", "h"), ToolCall("a", "a")]))
@@ -145,7 +147,7 @@ async def test_independent_calls_start_at_the_same_time() -> None:
 
 
 async def test_dependant_starts_after_all_dependencies_and_receives_outputs_by_id() -> None:
-    engine = make_engine()
+    engine = await new_engine()
     engine.register("flight_search", Scripted(["UA1"], duration=2))
     engine.register("hotel_search", Scripted(["Ritz"], duration=5))
     compare = engine.register("compare_prices", Scripted("cheapest"))
@@ -164,7 +166,7 @@ async def test_dependant_starts_after_all_dependencies_and_receives_outputs_by_i
 
 
 async def test_custom_inputs_map_dependency_outputs_to_parameters() -> None:
-    engine = make_engine()
+    engine = await new_engine()
     engine.register("flight_search", Scripted(["UA1"]))
     engine.register("hotel_search", Scripted(["Ritz"]))
     compare = engine.register("compare_prices", Scripted("cheapest"))
@@ -180,7 +182,7 @@ async def test_custom_inputs_map_dependency_outputs_to_parameters() -> None:
 
 
 async def test_empty_inputs_make_dependencies_ordering_only() -> None:
-    engine = make_engine()
+    engine = await new_engine()
     engine.register("flight_search", Scripted(["UA1"], duration=3))
     itinerary = engine.register("create_itinerary", Scripted("itinerary"))
     turn = Turn(
@@ -196,7 +198,7 @@ async def test_empty_inputs_make_dependencies_ordering_only() -> None:
 
 
 async def test_a_dependency_named_twice_is_waited_for_once() -> None:
-    engine = make_engine()
+    engine = await new_engine()
     engine.register("flight_search", Scripted(["UA1"], duration=2))
     compare = engine.register("compare_prices", Scripted("cheapest"))
     turn = Turn([ToolCall("f", "flight_search"), ToolCall("c", "compare_prices", depends_on=("f", "f"))])
@@ -248,8 +250,8 @@ async def test_turns_on_asyncio_with_the_engine_running() -> None:
 CASCADE_TOOLS = ("flight_search", "hotel_search", "compare_prices", "create_itinerary", "book_trip")
 
 
-def failing_flights(**kwargs: Any) -> tuple[Any, dict]:
-    engine, tools = engine_with(*CASCADE_TOOLS[1:], **kwargs)
+async def failing_flights(**kwargs: Any) -> tuple[Any, dict]:
+    engine, tools = await engine_with(*CASCADE_TOOLS[1:], **kwargs)
     tools["flight_search"] = engine.register(
         "flight_search", Scripted(ValueError("Invalid airport code: XYZ"))
     )
@@ -257,7 +259,7 @@ def failing_flights(**kwargs: Any) -> tuple[Any, dict]:
 
 
 async def test_optional_chain_is_skipped_transitively() -> None:
-    engine, tools = failing_flights()
+    engine, tools = await failing_flights()
     turn = Turn(
         [
             ToolCall("A", "flight_search"),
@@ -283,7 +285,7 @@ async def test_optional_chain_is_skipped_transitively() -> None:
 
 
 async def test_required_call_after_skipped_optional_is_escalated() -> None:
-    engine, tools = failing_flights()
+    engine, tools = await failing_flights()
     turn = Turn(
         [
             ToolCall("A", "flight_search"),
@@ -302,7 +304,7 @@ async def test_required_call_after_skipped_optional_is_escalated() -> None:
 
 
 async def test_default_wins_over_optional_and_mixes_with_real_outputs() -> None:
-    engine, tools = failing_flights()
+    engine, tools = await failing_flights()
     turn = Turn(
         [
             ToolCall("A", "flight_search"),
@@ -321,7 +323,7 @@ async def test_default_wins_over_optional_and_mixes_with_real_outputs() -> None:
 
 
 async def test_cascade_events_carry_blocked_by_and_reason() -> None:
-    engine, _ = failing_flights()
+    engine, _ = await failing_flights()
     turn = Turn(
         [
             ToolCall("A", "flight_search"),
@@ -337,7 +339,7 @@ async def test_cascade_events_carry_blocked_by_and_reason() -> None:
 
 
 async def test_default_used_event_carries_blocked_by_and_reason() -> None:
-    engine, _ = failing_flights()
+    engine, _ = await failing_flights()
     turn = Turn(
         [ToolCall("A", "flight_search"), ToolCall("C", "compare_prices", depends_on=("A",), default=[])]
     )
@@ -348,7 +350,7 @@ async def test_default_used_event_carries_blocked_by_and_reason() -> None:
 
 
 async def test_skipped_and_escalated_calls_are_counted_in_metrics() -> None:
-    engine, _ = failing_flights()
+    engine, _ = await failing_flights()
     turn = Turn(
         [
             ToolCall("A", "flight_search"),
@@ -368,11 +370,13 @@ async def test_skipped_and_escalated_calls_are_counted_in_metrics() -> None:
 # --- alternatives -------------------------------------------------------------------------
 
 
-def with_backup(primary: Scripted, backup: Scripted, *, alternatives: tuple[str, ...] = (BACKUP,)) -> Any:
+async def with_backup(
+    primary: Scripted, backup: Scripted, *, alternatives: tuple[str, ...] = (BACKUP,)
+) -> Any:
     manifest = ToolManifest(
         id="flight_search", alternatives=alternatives, retry_policy=RetryPolicy(max_attempts=3)
     )
-    engine = make_engine(manifest)
+    engine = await new_engine(manifest)
     engine.register("flight_search", primary)
     engine.register(BACKUP, backup)
     return engine
@@ -380,7 +384,7 @@ def with_backup(primary: Scripted, backup: Scripted, *, alternatives: tuple[str,
 
 async def test_alternative_used_after_retries_are_exhausted() -> None:
     primary, backup = Scripted(ConnectionResetError("reset")), Scripted("backup flights")
-    engine = with_backup(primary, backup)
+    engine = await with_backup(primary, backup)
     result = await engine.run_turn(Turn([ToolCall("f", "flight_search", args={"origin": "SFO"})]))
     assert (primary.calls, backup.calls) == (3, 1)
     assert backup.args == [{"origin": "SFO"}], "the alternative gets the same arguments"
@@ -394,7 +398,7 @@ async def test_alternative_used_after_retries_are_exhausted() -> None:
 
 async def test_alternative_used_on_permanent_error() -> None:
     primary, backup = Scripted(NotImplementedError("route not supported")), Scripted("backup flights")
-    engine = with_backup(primary, backup)
+    engine = await with_backup(primary, backup)
     result = await engine.run_turn(Turn([ToolCall("f", "flight_search")]))
     assert (primary.calls, backup.calls) == (1, 1)
     assert result.outcomes["f"].served_by == BACKUP
@@ -403,7 +407,7 @@ async def test_alternative_used_on_permanent_error() -> None:
 
 async def test_alternative_used_when_primary_circuit_is_open() -> None:
     primary, backup = Scripted("primary"), Scripted("backup flights")
-    engine = with_backup(primary, backup)
+    engine = await with_backup(primary, backup)
     engine.trip("flight_search", reason="maintenance")
     result = await engine.run_turn(Turn([ToolCall("f", "flight_search")]))
     assert primary.calls == 0 and backup.calls == 1
@@ -417,7 +421,7 @@ async def test_alternative_used_when_primary_circuit_is_open() -> None:
 async def test_no_alternative_for_invalid_parameters() -> None:
     primary = Scripted(ToolError(ErrorKind.INVALID_PARAMETERS, "origin must be an IATA code"))
     backup = Scripted("backup flights")
-    engine = with_backup(primary, backup)
+    engine = await with_backup(primary, backup)
     result = await engine.run_turn(Turn([ToolCall("f", "flight_search")]))
     assert backup.calls == 0, "another tool would get the same bad call"
     assert result.outcomes["f"].status is CallStatus.FAILED
@@ -427,7 +431,7 @@ async def test_no_alternative_for_invalid_parameters() -> None:
 
 async def test_alternative_with_open_breaker_is_passed_over() -> None:
     manifest = ToolManifest(id="flight_search", alternatives=("backup_one", "backup_two"))
-    engine = make_engine(manifest)
+    engine = await new_engine(manifest)
     engine.register("flight_search", Scripted(NotImplementedError("nope")))
     one = engine.register("backup_one", Scripted("one"))
     two = engine.register("backup_two", Scripted("two"))
@@ -439,7 +443,7 @@ async def test_alternative_with_open_breaker_is_passed_over() -> None:
 
 
 async def test_alternatives_never_loop() -> None:
-    engine = make_engine(
+    engine = await new_engine(
         ToolManifest(id="tool_a", alternatives=("tool_b",)),
         ToolManifest(id="tool_b", alternatives=("tool_a",)),
     )
@@ -454,7 +458,7 @@ async def test_alternatives_never_loop() -> None:
 
 async def test_standalone_call_uses_alternatives() -> None:
     primary, backup = Scripted(NotImplementedError("nope")), Scripted("backup flights")
-    engine = with_backup(primary, backup)
+    engine = await with_backup(primary, backup)
     result = await engine.try_call("flight_search", origin="SFO")
     assert result.ok and result.value == "backup flights"
     assert result.served_by == BACKUP
@@ -465,15 +469,15 @@ async def test_standalone_call_uses_alternatives() -> None:
 # --- side effects ---------------------------------------------------------------------------
 
 
-def side_effecting(tool: Scripted, **policy: Any) -> Any:
-    engine = make_engine(ToolManifest(id="book_trip", side_effect=SideEffect.SIDE_EFFECTING, **policy))
+async def side_effecting(tool: Scripted, **policy: Any) -> Any:
+    engine = await new_engine(ToolManifest(id="book_trip", side_effect=SideEffect.SIDE_EFFECTING, **policy))
     engine.register("book_trip", tool)
     return engine
 
 
 async def test_side_effecting_call_not_retried_after_ambiguous_failure() -> None:
     tool = Scripted(ConnectionResetError("reset"), "booked")
-    result = await side_effecting(tool).run_turn(Turn([ToolCall("b", "book_trip")]))
+    result = await (await side_effecting(tool)).run_turn(Turn([ToolCall("b", "book_trip")]))
     assert tool.calls == 1
     assert result.outcomes["b"].status is CallStatus.FAILED
     (failure,) = result.trace.of("ToolError")
@@ -482,18 +486,20 @@ async def test_side_effecting_call_not_retried_after_ambiguous_failure() -> None
 
 async def test_side_effecting_call_retried_when_manifest_allows_it() -> None:
     tool = Scripted(ConnectionResetError("reset"), "booked")
-    result = await side_effecting(tool, retry_ambiguous=True).run_turn(Turn([ToolCall("b", "book_trip")]))
+    result = await (await side_effecting(tool, retry_ambiguous=True)).run_turn(
+        Turn([ToolCall("b", "book_trip")])
+    )
     assert tool.calls == 2 and result.outcomes["b"].value == "booked"
 
 
 async def test_side_effecting_call_retried_after_unambiguous_failure() -> None:
     tool = Scripted(ToolError(ErrorKind.SERVICE_UNAVAILABLE, "503"), "booked")
-    result = await side_effecting(tool).run_turn(Turn([ToolCall("b", "book_trip")]))
+    result = await (await side_effecting(tool)).run_turn(Turn([ToolCall("b", "book_trip")]))
     assert tool.calls == 2 and result.outcomes["b"].value == "booked"
 
 
 async def test_side_effecting_ambiguous_failure_is_not_routed_to_an_alternative() -> None:
-    engine = make_engine(
+    engine = await new_engine(
         ToolManifest(
             id="book_trip", side_effect=SideEffect.SIDE_EFFECTING, alternatives=("book_trip_backup",)
         )
@@ -510,7 +516,7 @@ async def test_side_effecting_ambiguous_failure_is_not_routed_to_an_alternative(
 
 async def test_partial_result_kept_after_retries_and_passed_on() -> None:
     manifest = ToolManifest(id="flight_search", retry_policy=RetryPolicy(max_attempts=3))
-    engine = make_engine(manifest)
+    engine = await new_engine(manifest)
     flights = engine.register(
         "flight_search",
         Scripted(ToolError(ErrorKind.PARTIAL_RESULT, "cut short", partial_result={"rows": 3})),
@@ -532,7 +538,7 @@ async def test_partial_result_kept_after_retries_and_passed_on() -> None:
 
 
 async def test_retry_not_started_when_backoff_passes_turn_deadline() -> None:
-    engine = make_engine()
+    engine = await new_engine()
     tool = engine.register("flight_search", Scripted(after(0.95, ConnectionResetError("reset")), "flights"))
     result = await engine.run_turn(Turn([ToolCall("f", "flight_search")], deadline_s=1.0))
     assert tool.calls == 1, "a ~100 ms backoff does not fit in the 50 ms left"
@@ -544,7 +550,7 @@ async def test_retry_not_started_when_backoff_passes_turn_deadline() -> None:
 
 
 async def test_attempt_deadline_is_turn_deadline_when_earlier() -> None:
-    engine = make_engine(ToolManifest(id="flight_search", timeout_ms=30_000))
+    engine = await new_engine(ToolManifest(id="flight_search", timeout_ms=30_000))
     engine.register("flight_search", Scripted(hang))
     engine.register("hotel_search", Scripted(hang))
     start = anyio.current_time()
@@ -558,7 +564,7 @@ async def test_attempt_deadline_is_turn_deadline_when_earlier() -> None:
 
 
 async def test_attempt_deadline_is_tool_timeout_when_earlier() -> None:
-    engine = make_engine(ToolManifest(id="flight_search", timeout_ms=5_000))
+    engine = await new_engine(ToolManifest(id="flight_search", timeout_ms=5_000))
     engine.register("flight_search", Scripted("flights"))
     start = anyio.current_time()
     result = await engine.run_turn(Turn([ToolCall("f", "flight_search")], deadline_s=60))
@@ -596,7 +602,7 @@ async def test_no_retry_starts_after_the_turn_deadline() -> None:
     manifest = ToolManifest(
         id="flight_search", retry_policy=policy, circuit_breaker=BreakerConfig(failure_threshold=1000)
     )
-    engine = make_engine(manifest)
+    engine = await new_engine(manifest)
     tool = engine.register("flight_search", Scripted(after(3, ConnectionResetError("reset"))))
     start = anyio.current_time()
     result = await engine.run_turn(Turn([ToolCall("f", "flight_search")], deadline_s=10))
@@ -612,7 +618,7 @@ async def test_no_retry_starts_after_the_turn_deadline() -> None:
 
 
 async def test_stop_cancels_unfinished_calls() -> None:
-    engine = make_engine(ToolManifest(id="flight_search", timeout_ms=60_000))
+    engine = await new_engine(ToolManifest(id="flight_search", timeout_ms=60_000))
     flights = engine.register("flight_search", Scripted(hang))
     engine.register("hotel_search", Scripted("hotels", duration=1))
     compare = engine.register("compare_prices", Scripted("compared"))
@@ -660,7 +666,7 @@ class Graceful:
 
 async def test_handler_class_with_decide() -> None:
     Graceful.seen = []
-    engine = make_engine(handler=Graceful)  # a class is instantiated
+    engine = await new_engine(handler=Graceful)  # a class is instantiated
     tool = engine.register("flight_search", Scripted(ConnectionResetError("reset"), "flights"))
     engine.register("compare_prices", Scripted("compared"))
     turn = Turn(
@@ -680,7 +686,7 @@ async def test_handler_plain_callable_escalates() -> None:
     def escalate(failure: FailureContext) -> HandlerDecision:
         return HandlerDecision(Decision.ESCALATE, "ask the user")
 
-    engine = make_engine(handler=escalate)
+    engine = await new_engine(handler=escalate)
     tool = engine.register("flight_search", Scripted(ConnectionResetError("reset"), "flights"))
     result = await engine.run_turn(Turn([ToolCall("f", "flight_search")]))
     assert tool.calls == 1
@@ -695,7 +701,7 @@ async def test_handler_returning_none_defers_to_default() -> None:
     def observe(failure: FailureContext) -> None:
         seen.append(failure.call_id)
 
-    engine = make_engine(handler=observe)
+    engine = await new_engine(handler=observe)
     tool = engine.register("flight_search", Scripted(ConnectionResetError("reset"), "flights"))
     result = await engine.run_turn(Turn([ToolCall("f", "flight_search")]))
     assert seen == ["f"]
@@ -707,7 +713,7 @@ async def test_handler_that_raises_is_recorded_and_default_applies() -> None:
     def broken(failure: FailureContext) -> HandlerDecision:
         raise RuntimeError("boom")
 
-    engine = make_engine(handler=broken)
+    engine = await new_engine(handler=broken)
     tool = engine.register("flight_search", Scripted(ConnectionResetError("reset"), "flights"))
     result = await engine.run_turn(Turn([ToolCall("f", "flight_search")]))
     (failed,) = result.trace.of("HandlerFailed")
@@ -721,7 +727,7 @@ async def test_handler_retry_beyond_max_attempts_is_refused() -> None:
     def insist(failure: FailureContext) -> HandlerDecision:
         return HandlerDecision(Decision.RETRY, "try again", delay_s=0.01)
 
-    engine = make_engine(
+    engine = await new_engine(
         ToolManifest(id="flight_search", retry_policy=RetryPolicy(max_attempts=2)), handler=insist
     )
     tool = engine.register("flight_search", Scripted(ConnectionResetError("reset")))
@@ -738,7 +744,7 @@ async def test_handler_unavailable_alternative_is_refused() -> None:
     def elsewhere(failure: FailureContext) -> HandlerDecision:
         return HandlerDecision(Decision.ALTERNATIVE, "go elsewhere", alternative="nowhere")
 
-    engine = make_engine(handler=elsewhere)
+    engine = await new_engine(handler=elsewhere)
     tool = engine.register("flight_search", Scripted(ConnectionResetError("reset"), "flights"))
     engine.register("nowhere", Scripted("unlisted"))
     result = await engine.run_turn(Turn([ToolCall("f", "flight_search")]))
@@ -759,7 +765,7 @@ async def test_per_turn_handler_overrides_engine_handler() -> None:
     def turn_handler(failure: FailureContext) -> HandlerDecision:
         return HandlerDecision(Decision.FAIL_GRACEFULLY, "turn says carry on")
 
-    engine = make_engine(handler=engine_handler)
+    engine = await new_engine(handler=engine_handler)
     engine.register("flight_search", Scripted(ConnectionResetError("reset")))
     result = await engine.run_turn(Turn([ToolCall("f", "flight_search")]), handler=turn_handler)
     assert engine_seen == []
@@ -777,7 +783,9 @@ async def test_per_turn_handler_also_decides_for_the_alternative() -> None:
     def turn_handler(failure: FailureContext) -> None:
         turn_seen.append(failure.tool_id)
 
-    engine = make_engine(ToolManifest(id="flight_search", alternatives=(BACKUP,)), handler=engine_handler)
+    engine = await new_engine(
+        ToolManifest(id="flight_search", alternatives=(BACKUP,)), handler=engine_handler
+    )
     engine.register("flight_search", Scripted(NotImplementedError("nope")))
     engine.register(BACKUP, Scripted(ConnectionResetError("reset"), "backup flights"))
     result = await engine.run_turn(Turn([ToolCall("f", "flight_search")]), handler=turn_handler)
@@ -790,7 +798,7 @@ async def test_per_turn_handler_also_decides_for_the_alternative() -> None:
 
 
 async def test_turn_with_only_invalid_parameters_failures_is_failed() -> None:
-    engine = make_engine()
+    engine = await new_engine()
     engine.register("flight_search", Scripted(ToolError(ErrorKind.INVALID_PARAMETERS, "origin must be IATA")))
     engine.register("hotel_search", Scripted(ToolError(ErrorKind.INVALID_PARAMETERS, "city is required")))
     result = await engine.run_turn(Turn([ToolCall("f", "flight_search"), ToolCall("h", "hotel_search")]))
@@ -801,7 +809,7 @@ async def test_turn_with_only_invalid_parameters_failures_is_failed() -> None:
 
 
 async def test_turn_with_a_tool_timeout_counts_as_executed() -> None:
-    engine = make_engine(
+    engine = await new_engine(
         ToolManifest(id="flight_search", timeout_ms=1_000, retry_policy=RetryPolicy(max_attempts=1))
     )
     engine.register("flight_search", Scripted(hang))
@@ -814,7 +822,7 @@ async def test_turn_with_a_tool_timeout_counts_as_executed() -> None:
 
 
 async def test_turn_with_only_skipped_and_escalated_after_unexecuted_failure_is_failed() -> None:
-    engine, _ = engine_with("compare_prices", "create_itinerary")
+    engine, _ = await engine_with("compare_prices", "create_itinerary")
     engine.register("flight_search", Scripted(ToolError(ErrorKind.INVALID_PARAMETERS, "origin must be IATA")))
     turn = Turn(
         [
@@ -836,7 +844,7 @@ JITTER_TOOLS = ("flight_search", "hotel_search", "activity_search", "compare_pri
 
 async def retry_delays(seed: int) -> dict[tuple[str, int], float]:
     manifests = [ToolManifest(id=name, retry_policy=RetryPolicy(max_attempts=4)) for name in JITTER_TOOLS]
-    engine = make_engine(*manifests, seed=seed)
+    engine = await new_engine(*manifests, seed=seed)
     for name in JITTER_TOOLS:
         engine.register(name, Scripted(*[ConnectionResetError("reset")] * 3, "ok"))
     result = await engine.run_turn(Turn([ToolCall(f"c{i}", name) for i, name in enumerate(JITTER_TOOLS)]))
@@ -857,14 +865,14 @@ async def test_retry_delays_are_deterministic_for_a_seed() -> None:
 
 
 async def test_summary_all_succeed() -> None:
-    engine, _ = engine_with("flight_search", "hotel_search")
+    engine, _ = await engine_with("flight_search", "hotel_search")
     result = await engine.run_turn(Turn([ToolCall("f", "flight_search"), ToolCall("h", "hotel_search")]))
     assert result.summary == "Completed flight search and hotel search."
     assert result.ok
 
 
 async def test_summary_nothing_succeeds() -> None:
-    engine, _ = failing_flights()
+    engine, _ = await failing_flights()
     turn = Turn(
         [ToolCall("A", "flight_search"), ToolCall("B", "compare_prices", depends_on=("A",), optional=True)]
     )
@@ -873,13 +881,13 @@ async def test_summary_nothing_succeeds() -> None:
 
 
 async def test_summary_names_the_alternative() -> None:
-    engine = with_backup(Scripted(NotImplementedError("nope")), Scripted("backup flights"))
+    engine = await with_backup(Scripted(NotImplementedError("nope")), Scripted("backup flights"))
     result = await engine.run_turn(Turn([ToolCall("f", "flight_search")]))
     assert result.summary == "Completed flight search (via flight search backup)."
 
 
 async def test_summary_of_empty_turn() -> None:
-    engine = make_engine()
+    engine = await new_engine()
     result = await engine.run_turn(Turn([]))
     assert result.summary == "Nothing to do."
     assert result.outcomes == {} and not result.failed
@@ -890,7 +898,7 @@ async def test_summary_of_empty_turn() -> None:
 
 
 async def test_trace_is_framed_tagged_and_serialisable() -> None:
-    engine = with_backup(Scripted(after(4, NotImplementedError("nope"))), Scripted("backup flights"))
+    engine = await with_backup(Scripted(after(4, NotImplementedError("nope"))), Scripted("backup flights"))
     engine.register("hotel_search", Scripted(ValueError("Invalid city")))
     engine.register("compare_prices", Scripted("compared"))
     turn = Turn(
@@ -918,3 +926,13 @@ async def test_trace_is_framed_tagged_and_serialisable() -> None:
     data = json.loads(result.trace.to_json())
     assert data["turn_id"] == "trip-1"
     assert [e["event_type"] for e in data["events"]] == [e.event_type for e in events]
+
+
+def test_summary_agrees_in_number() -> None:
+    outcomes = [
+        CallOutcome("a", "flight_search", CallStatus.SUCCEEDED),
+        CallOutcome("b", "hotel_search", CallStatus.SKIPPED),
+        CallOutcome("c", "activity_search", CallStatus.SKIPPED),
+    ]
+    expected = "Completed flight search, but hotel search and activity search were skipped."
+    assert summarize(outcomes) == expected

@@ -1,0 +1,154 @@
+"""What the trace store returns: turns, attempts, commands, tool states and writers, as rows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple
+
+from engine.breaker import BreakerState
+from engine.events import Event
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRow:
+    """One turn as the browser lists it."""
+
+    turn_id: str
+    started_at: float
+    ended_at: float | None
+    duration_ms: float | None
+    outcome: str
+    """``running`` until its TurnFinished is stored; then ok, degraded, failed, timed_out, canceled or
+    interrupted (its engine or host stopped mid-turn, or the process recording it is gone)."""
+    summary: str | None
+    calls: int
+    executed: int | None
+    tools: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TurnPage:
+    rows: list[TurnRow]
+    next_cursor: str | None
+    """Pass as ``cursor`` for the next (older) page; None on the last page."""
+
+
+class AttemptRow(NamedTuple):
+    """One attempt: a failure (``error``), a success (``ok``) or a kept partial result (``partial``).
+
+    A named tuple: a turn has thousands and a frozen dataclass takes ~3 µs each to build.
+    """
+
+    event_id: int
+    turn_id: str | None
+    call_id: str
+    tool_id: str
+    attempt: int
+    outcome: str
+    kind: str | None
+    error_class: str | None
+    status_code: int | None
+    message: str | None
+    latency_ms: float | None
+    fault_type: str | None
+    value: Any
+    """What a success returned (kept once, in its CallSucceeded event); None for a failure."""
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class StoredTurn:
+    row: TurnRow
+    events: list[Event]
+    """Every event of the turn in the order it happened, breaker transitions its calls caused included."""
+    attempts: list[AttemptRow]
+    spec: dict[str, Any] | None
+    seed: str | None
+    breakers: dict[str, Any] | None
+    manifests: dict[str, str] | None
+
+
+CommandAction = Literal["trip", "reset", "disable"]
+COMMAND_ACTIONS: tuple[CommandAction, ...] = ("trip", "reset", "disable")
+CommandStatus = Literal["pending", "applied", "failed"]
+
+
+@dataclass(frozen=True, slots=True)
+class CommandRow:
+    """An operator command for the engine serving this store (see :mod:`engine.commands`)."""
+
+    id: int
+    created_at: float
+    action: CommandAction
+    tool_id: str
+    actor: str
+    reason: str
+    status: CommandStatus
+    applied_at: float | None
+    """When the engine acknowledged it (applied or failed)."""
+    result: str | None
+    """Applied: the breaker state the action left; failed: why, on one line."""
+    expires_at: float | None
+    """Not applied by then, it is refused: its sender has stopped waiting."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredManifest:
+    """A tool's newest manifest version as the store knows it."""
+
+    digest: str
+    content: dict[str, Any]
+    version: int | None
+    """The engine's registry version, when a ManifestLoaded event said (not for the versions an
+    engine started with: it announces only reloads)."""
+    path: str | None
+    at: float
+    """When it came into force, or was first stored."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredBreaker:
+    """A tool's newest breaker state: its last transition, or a later turn's snapshot."""
+
+    state: BreakerState
+    consecutive_failures: int
+    half_open_at: float | None
+    """Engine time at which an OPEN breaker admits a probe."""
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class ToolState:
+    tool_id: str
+    breaker: StoredBreaker | None
+    manifest: StoredManifest | None
+
+
+@dataclass(frozen=True, slots=True)
+class StoreSnapshot:
+    """Every tool seen in the store, as of one moment: event ``last_event_id``."""
+
+    tools: list[ToolState]
+    last_event_id: int
+    """0 when there are no events; follow with :meth:`TraceStore.events_after`."""
+    newest_at: float | None
+    """Wall-clock and engine time of the newest event."""
+    newest_t: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class WriterRow:
+    """A process that recorded turns into the store (see :mod:`engine.store.writers`)."""
+
+    id: int
+    host: str
+    pid: int
+    process_key: str | None
+    """Boot id, pid namespace and start time of the process (Linux): tells it from a later process
+    given the same pid. None where they cannot be read."""
+    process_started_at: float | None
+    opened_at: float
+    heartbeat_at: float
+    """Refreshed every few seconds while it records: how a writer on another host is known alive."""
+    closed_at: float | None
+    """When it stopped recording, cleanly or as found gone."""

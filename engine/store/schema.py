@@ -1,0 +1,151 @@
+"""The trace store's schema: every table and index, as versioned migrations.
+
+Migration ``i`` takes a store from schema version ``i`` to ``i + 1`` (``PRAGMA user_version``);
+a released migration is never edited. Opening a store read-write applies the missing ones in one
+transaction (:mod:`engine.store.opening`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sqlite_utils import Database
+
+APPLICATION_ID = 0x54525057
+"""``PRAGMA application_id`` of a tripwire trace store ("TRPW"): tells our files from others'."""
+
+Migration = Callable[["Database"], None]
+
+
+def _v1(db: Database) -> None:
+    """The first schema: turns, the tools they touched, events, attempts, manifests, meta."""
+    db.table("meta").create({"key": str, "value": str}, pk="key")
+    db.table("turns").create(
+        {
+            "id": int,
+            "turn_id": str,
+            "started_at": float,
+            "t_start": float,
+            "ended_at": float,
+            "duration_ms": float,
+            "outcome": str,
+            "summary": str,
+            "calls": int,
+            "executed": int,
+            "deadline_ms": float,
+            "seed": str,
+            "spec": str,
+            "statuses": str,
+            "breakers": str,
+            "manifests": str,
+        },
+        pk="id",
+        not_null=["turn_id", "started_at", "outcome"],
+        defaults={"outcome": "running"},
+    )
+    db.table("turns").create_index(["turn_id"], index_name="turns_turn_id", unique=True)
+    # The rowid is the last column of every index: (started_at) is the (started_at, rowid) keyset.
+    db.table("turns").create_index(["started_at"], index_name="turns_by_time")
+    db.table("turns").create_index(["outcome", "started_at"], index_name="turns_by_outcome")
+    # Without a rowid (sqlite-utils cannot say so): two b-trees per row instead of three.
+    db.execute(
+        "CREATE TABLE turn_tools (turn INTEGER NOT NULL, tool_id TEXT NOT NULL, started_at FLOAT NOT NULL,"
+        " PRIMARY KEY (turn, tool_id)) WITHOUT ROWID"
+    )
+    db.table("turn_tools").create_index(["tool_id", "started_at", "turn"], index_name="turn_tools_by_tool")
+    db.table("events").create(
+        {
+            "id": int,
+            "turn": int,
+            "turn_id": str,
+            "call_id": str,
+            "tool_id": str,
+            "event_type": str,
+            "at": float,
+            "t": float,
+            "data": str,
+        },
+        pk="id",
+        not_null=["event_type", "at", "t", "data"],
+    )
+    # By the turn's rowid, not its id: turn rowids grow, so inserts append to the index instead of
+    # landing all over it (text ids sort t10 < t2): a third of the insert cost, measured.
+    db.table("events").create_index(["turn", "id"], index_name="events_by_turn")
+    # Events in turns are found by time through their turn; only the rest need a time index.
+    db.execute("CREATE INDEX events_outside_turns ON events (at) WHERE turn IS NULL")
+    db.table("attempts").create(
+        {
+            "id": int,
+            "event_id": int,
+            "turn": int,
+            "turn_id": str,
+            "call_id": str,
+            "tool_id": str,
+            "attempt": int,
+            "outcome": str,
+            "kind": str,
+            "class": str,
+            "status_code": int,
+            "message": str,
+            "latency_ms": float,
+            "fault_type": str,
+            "at": float,
+        },
+        pk="id",
+        not_null=["event_id", "call_id", "tool_id", "attempt", "outcome", "at"],
+    )
+    db.table("attempts").create_index(["turn", "id"], index_name="attempts_by_turn")
+    db.table("manifests").create(
+        {"digest": str, "tool_id": str, "content": str, "first_seen": float},
+        pk="digest",
+        not_null=["tool_id", "content", "first_seen"],
+    )
+
+
+# The WHERE clauses of _v2's partial indexes; queries must repeat them word for word, or SQLite will
+# not use the indexes. Part of a released migration: never edit them.
+BREAKER_TRANSITIONS = (
+    "event_type IN ('BreakerOpened', 'BreakerHalfOpened', 'BreakerClosed', 'BreakerTripped', 'BreakerReset',"
+    " 'BreakerDisabled')"
+)
+MANIFEST_CHANGES = "event_type IN ('ManifestLoaded', 'ManifestRemoved')"
+
+
+def _v2(db: Database) -> None:
+    """Operator commands for an engine in another process, and what an attached console seeds from."""
+    # CHECK constraints: sqlite-utils cannot declare them. expires_at: a command the engine has not
+    # applied by then is refused, never applied late (its sender has stopped waiting).
+    db.execute(
+        "CREATE TABLE commands (id INTEGER PRIMARY KEY, created_at FLOAT NOT NULL,"
+        " action TEXT NOT NULL CHECK (action IN ('trip', 'reset', 'disable')), tool_id TEXT NOT NULL,"
+        " actor TEXT NOT NULL, reason TEXT NOT NULL DEFAULT '',"
+        " status TEXT NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'applied', 'failed')),"
+        " applied_at FLOAT, result TEXT, expires_at FLOAT)"
+    )
+    # The engine polls for pending commands several times a second: only they are indexed.
+    db.execute("CREATE INDEX commands_pending ON commands (id) WHERE status = 'pending'")
+    # A tool's newest breaker transition and manifest change, without scanning its events.
+    db.execute(f"CREATE INDEX events_breaker_transitions ON events (tool_id, id) WHERE {BREAKER_TRANSITIONS}")
+    db.execute(f"CREATE INDEX events_manifest_changes ON events (tool_id, id) WHERE {MANIFEST_CHANGES}")
+    db.execute("CREATE INDEX manifests_by_tool ON manifests (tool_id, first_seen)")
+
+
+def _v3(db: Database) -> None:
+    """Who records each turn: a turn left ``running`` by a process that is gone can be closed."""
+    # process_key: boot id, pid namespace and start time in clock ticks (Linux), which tell a live
+    # process from a later one given the same pid; NULL where they cannot be read.
+    db.execute(
+        "CREATE TABLE writers (id INTEGER PRIMARY KEY, host TEXT NOT NULL, pid INTEGER NOT NULL,"
+        " process_key TEXT, process_started_at FLOAT, opened_at FLOAT NOT NULL, heartbeat_at FLOAT NOT NULL,"
+        " closed_at FLOAT)"
+    )
+    db.execute("ALTER TABLE turns ADD COLUMN writer INTEGER")
+
+
+MIGRATIONS: list[Migration] = [_v1, _v2, _v3]
+"""Migration ``i`` takes a store from schema version ``i`` to ``i + 1``; never edit a released one."""
+SCHEMA_VERSION = len(MIGRATIONS)
+TABLES = frozenset({"meta", "turns", "turn_tools", "events", "attempts", "manifests", "commands", "writers"})
+"""Every table of the newest schema."""

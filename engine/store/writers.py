@@ -1,0 +1,299 @@
+"""Who records into a store, and what becomes of their turns when they are gone.
+
+A store records its process in ``writers`` (host, pid, the process's start time, a heartbeat)
+in the same transaction as the first turn it writes, and each turn row names its writer. A
+process killed mid-turn (SIGKILL, a crash, the power) never writes the turn's end: the turn
+would stay ``running`` for ever. So whenever a store is opened read-write, and every minute
+while a recorder runs, the turns still ``running`` whose writer is gone are finished as
+``interrupted``. A writer is gone when it closed; when it ran on this machine and its pid is
+not alive, or now belongs to another process (a different start time), or the machine has
+booted since; or, on another host (or in another pid namespace), when its heartbeat is older
+than ``stale_after_s``. A TurnFinished that arrives later (from a
+writer wrongly taken for gone) still overwrites the outcome: nothing is lost either way.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import socket
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.store.base import StoreCore
+from engine.store.failures import write_error
+from engine.store.opening import rollback
+from engine.store.rows import WriterRow
+
+log = logging.getLogger("tripwire.store")
+
+HEARTBEAT_S = 5.0
+"""How often a recording writer refreshes its heartbeat."""
+STALE_AFTER_S = 600.0
+"""A writer on another host whose heartbeat is older than this is taken for gone; a turn with no
+writer recorded (schema 2 and older) that started longer ago than this, too."""
+_WRITER_COLUMNS = "id, host, pid, process_key, process_started_at, opened_at, heartbeat_at, closed_at"
+_CHUNK = 500
+"""Turn ids per statement: SQLite allows a limited number of parameters."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessIdentity:
+    host: str
+    pid: int
+    key: str | None
+    """``boot id/pid namespace/start ticks`` (Linux): tells this process from a later one with its pid."""
+    started_at: float | None
+
+    @property
+    def machine(self) -> str | None:
+        """The boot and pid namespace part of ``key``: pids compare only within one."""
+        return self.key.rsplit("/", 1)[0] if self.key else None
+
+
+def this_process() -> ProcessIdentity:
+    return _identity(os.getpid())  # by pid: a forked child is a writer of its own
+
+
+@functools.cache
+def _identity(pid: int) -> ProcessIdentity:
+    ticks = _start_ticks(pid)
+    machine = _machine()
+    key = f"{machine}/{ticks}" if machine is not None and ticks is not None else None
+    started_at = None
+    if ticks is not None and (boot_time := _boot_time()) is not None:
+        started_at = boot_time + ticks / os.sysconf("SC_CLK_TCK")
+    return ProcessIdentity(socket.gethostname(), pid, key, started_at)
+
+
+@functools.cache
+def _machine() -> str | None:
+    """This boot of this machine, and our pid namespace (Linux); None elsewhere."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+    return f"{boot}:{namespace}"
+
+
+def _boot_time() -> float | None:
+    try:
+        for line in Path("/proc/stat").read_text().splitlines():
+            if line.startswith("btime "):
+                return float(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _start_ticks(pid: int) -> int | None:
+    """When ``pid`` started, in clock ticks since boot; None if it is not alive (a zombie is not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    rest = stat[stat.rfind(")") + 2 :].split()  # the name may hold spaces and parentheses
+    if not rest or rest[0] in ("Z", "X"):
+        return None
+    try:
+        return int(rest[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's
+    except OSError:
+        return False
+    return True
+
+
+def writer_alive(writer: WriterRow, now: float, *, stale_after_s: float = STALE_AFTER_S) -> bool:
+    """Could ``writer`` still write the turns it started? See the module docstring."""
+    if writer.closed_at is not None:
+        return False
+    me = this_process()
+    machine = writer.process_key.rsplit("/", 1)[0] if writer.process_key else None
+    if writer.host == me.host and machine == me.machine:  # the same machine: its pids mean what ours do
+        if me.machine is None:  # no /proc to read start times from: the pid is all there is
+            return _pid_alive(writer.pid)
+        ticks = _start_ticks(writer.pid)
+        return ticks is not None and f"{me.machine}/{ticks}" == writer.process_key
+    if (
+        writer.host == me.host
+        and machine
+        and me.machine
+        and machine.split(":")[0] != me.machine.split(":")[0]
+    ):
+        return False  # this host booted since: every process of the earlier boot is gone
+    return now - writer.heartbeat_at < stale_after_s
+
+
+class WriterRegistry(StoreCore):
+    """The ``writers`` table: registering this store, its heartbeat, and reconciling the others."""
+
+    _has_writers: bool
+    """Schema 3 or later: turns name their writer."""
+    _heartbeat_at: float
+    _writer_unsure: bool
+    """Registered in the transaction under way: forgotten if it rolls back."""
+
+    def _ensure_writer(self) -> int | None:
+        """This store's writer id, registering it in the transaction under way on first use."""
+        if self._writer_id is not None or not self._has_writers:
+            return self._writer_id
+        me, now = this_process(), self._wall_clock()
+        cursor = self._conn.execute(
+            "INSERT INTO writers (host, pid, process_key, process_started_at, opened_at, heartbeat_at)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (me.host, me.pid, me.key, me.started_at, now, now),
+        )
+        self._writer_id, self._writer_unsure, self._heartbeat_at = cursor.lastrowid, True, now
+        return self._writer_id
+
+    def _beat_in_transaction(self) -> None:
+        """Refresh the heartbeat with a write that is going on anyway, when it is due."""
+        now = self._wall_clock()
+        if self._writer_id is not None and now - self._heartbeat_at >= HEARTBEAT_S:
+            self._conn.execute("UPDATE writers SET heartbeat_at = ? WHERE id = ?", (now, self._writer_id))
+            self._heartbeat_at = now
+
+    def _transaction_ended(self, committed: bool) -> None:
+        if self._writer_unsure:
+            self._writer_unsure = False
+            if not committed:
+                self._writer_id = None
+
+    def heartbeat(self) -> bool:
+        """Tell other processes this writer is alive (the recorder calls it every few seconds).
+        Returns False when there is nothing to refresh; raises StoreWriteError when the store
+        refuses the write."""
+        with self._lock:
+            if self._writer_id is None or self.readonly or self._closed:
+                return False
+            now = self._wall_clock()
+            try:
+                self._conn.execute("UPDATE writers SET heartbeat_at = ? WHERE id = ?", (now, self._writer_id))
+            except sqlite3.Error as exc:
+                raise write_error(self.path, exc) from None
+            self._heartbeat_at = now
+            return True
+
+    def writers(self) -> list[WriterRow]:
+        """Every writer the store knows, oldest first."""
+        if not self._has_writers:
+            return []
+        with self._lock:
+            return [WriterRow(*r) for r in self._query(f"SELECT {_WRITER_COLUMNS} FROM writers ORDER BY id")]
+
+    def _close_writer(self) -> None:
+        """A clean close: this writer will write no more (its running turns are reconciled)."""
+        if self._writer_id is None or self.readonly:
+            return
+        try:
+            self._conn.execute(
+                "UPDATE writers SET closed_at = ? WHERE id = ?", (self._wall_clock(), self._writer_id)
+            )
+        except sqlite3.Error as exc:
+            log.warning("trace store %s: could not mark its writer closed: %s", self.path, exc)
+
+    def reconcile(self, *, now: float | None = None, stale_after_s: float = STALE_AFTER_S) -> int:
+        """Finish as ``interrupted`` the running turns of writers that are gone; returns how many.
+
+        Never raises for a store that cannot take the write (it is tried again on the next open,
+        or the next minute of a recorder): reconciling must not stop anyone from opening a store.
+        """
+        if self.readonly or not self._has_writers:
+            return 0
+        now = self._wall_clock() if now is None else now
+        with self._lock:
+            running = {
+                r[0] for r in self._query("SELECT DISTINCT writer FROM turns WHERE outcome = 'running'")
+            }
+            if not running:
+                return 0
+            ids = sorted(w for w in running if w is not None)
+            marks = ", ".join("?" * len(ids))
+            rows = self._query(f"SELECT {_WRITER_COLUMNS} FROM writers WHERE id IN ({marks})", ids)
+            gone = [WriterRow(*r) for r in rows]
+            gone = [w for w in gone if not writer_alive(w, now, stale_after_s=stale_after_s)]
+            unknown = (
+                None in running
+                and self._query(
+                    "SELECT EXISTS (SELECT 1 FROM turns WHERE outcome = 'running' AND writer IS NULL"
+                    " AND started_at < ?)",
+                    (now - stale_after_s,),
+                )[0][0]
+            )
+            if not gone and not unknown:
+                return 0
+            conn, count = self._conn, 0
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    for w in gone:
+                        count += self._interrupt(
+                            "writer = ?", (w.id,), f"interrupted: {w.host} pid {w.pid}, which was recording"
+                            " it, stopped before it finished", now,
+                        )  # fmt: skip
+                        conn.execute("UPDATE writers SET closed_at = ? WHERE id = ? AND closed_at IS NULL",
+                                     (now, w.id))  # fmt: skip
+                    count += self._interrupt(
+                        "writer IS NULL AND started_at < ?", (now - stale_after_s,),
+                        "interrupted: left running by a tripwire that did not record its writer", now,
+                    )  # fmt: skip
+                    conn.execute("COMMIT")
+                except BaseException:
+                    rollback(conn)
+                    raise
+            except sqlite3.Error as exc:
+                log.warning("trace store %s: could not reconcile interrupted turns: %s", self.path, exc)
+                return 0
+        if count:
+            log.info("trace store %s: %d turn(s) left running by stopped writers marked interrupted",
+                     self.path, count)  # fmt: skip
+        return count
+
+    def interrupt_turns(self, turn_ids: list[str], reason: str) -> int:
+        """Finish as ``interrupted`` (with ``reason`` as the summary) those of ``turn_ids`` still
+        running; returns how many. Raises StoreWriteError when the store refuses the write."""
+        self._refuse_writes("write")
+        if not turn_ids:
+            return 0
+        now, count = self._wall_clock(), 0
+        with self._lock:
+            conn = self._conn
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    for i in range(0, len(turn_ids), _CHUNK):
+                        chunk = turn_ids[i : i + _CHUNK]
+                        count += self._interrupt(f"turn_id IN ({', '.join('?' * len(chunk))})", chunk,
+                                                 reason, now)  # fmt: skip
+                    conn.execute("COMMIT")
+                except BaseException:
+                    rollback(conn)
+                    raise
+            except sqlite3.Error as exc:
+                raise write_error(self.path, exc) from None
+            for turn_id in turn_ids:
+                self._open_turns.pop(turn_id, None)
+        return count
+
+    def _interrupt(self, where: str, params: tuple[object, ...] | list[str], summary: str, now: float) -> int:
+        """Ended when its last stored event happened (the best we know), in the transaction under way."""
+        last = "coalesce((SELECT max(at) FROM events WHERE turn = turns.id), started_at)"
+        cursor = self._conn.execute(
+            f"UPDATE turns SET outcome = 'interrupted', summary = ?, ended_at = {last},"
+            f" duration_ms = ({last} - started_at) * 1000.0 WHERE outcome = 'running' AND {where}",
+            (summary, *params),
+        )
+        return cursor.rowcount
