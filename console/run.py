@@ -20,9 +20,9 @@ from engine.demo import demo_engine
 from engine.engine import Engine
 from engine.faults import FaultInjector
 from engine.metrics import ToolStats
+from engine.outcomes import CallStatus, TurnResult
 from engine.scenario import Scenario, load_scenario, run_scenario
 from engine.store import TraceRecorder, TraceStore
-from engine.turns import CallStatus, TurnResult
 
 VIRTUAL_EPOCH = 1_762_338_645.0
 """2025-11-05T10:30:45Z: wall-clock stamps on a virtual clock start here."""

@@ -41,9 +41,10 @@ from engine.manifest import (
     load_manifest,
 )
 from engine.metrics import Counts, ToolStats
+from engine.outcomes import CallOutcome, CallStatus, TurnResult
 from engine.retry import RetryPlan, RetryPolicy, plan_retry
 from engine.trace import TurnTrace
-from engine.turns import CallOutcome, CallStatus, ToolCall, Turn, TurnError, TurnResult
+from engine.turn import ToolCall, Turn, TurnError
 
 __all__ = [
     "EVENT_TYPES",

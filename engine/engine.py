@@ -66,7 +66,9 @@ from engine.watch import DEFAULT_SETTLE_MS, ManifestWatcher
 
 if TYPE_CHECKING:
     from engine.faults import AttemptInjector, InjectedAttempt
-    from engine.turns import Turn, TurnResult, TurnRunner
+    from engine.outcomes import TurnResult
+    from engine.runner import TurnRunner
+    from engine.turn import Turn
 
 log = logging.getLogger("tripwire.engine")
 
@@ -249,7 +251,7 @@ class Engine:
         """Makes turns' task groups: the running backend's own factory while the engine runs."""
         self._new_scope: Callable[[], CancelScope] = CancelScope
         self._stack: AsyncExitStack | None = None
-        from engine.turns import TurnRunner  # turns build on the guarded call: imported late
+        from engine.runner import TurnRunner  # turns build on the guarded call: imported late
 
         self._turn_runner: type[TurnRunner] = TurnRunner
 
@@ -401,7 +403,7 @@ class Engine:
         handler: HandlerLike | None = None,
         seed: str | None = None,
     ) -> TurnResult:
-        """Run a turn's calls in dependency order; see :mod:`engine.turns`.
+        """Run a turn's calls in dependency order; see :mod:`engine.runner`.
 
         ``seed`` fixes the calls' jitter (a replay passes the recorded one).
         """

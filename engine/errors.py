@@ -118,7 +118,7 @@ class TraceStoreError(Exception):
 class TurnNotPersisted(TraceStoreError):
     """A turn ran, but the trace store could not make it durable (``durability="turn"``).
 
-    ``result`` is the turn's :class:`~engine.turns.TurnResult`: nothing the tools returned is
+    ``result`` is the turn's :class:`~engine.outcomes.TurnResult`: nothing the tools returned is
     lost. ``problem`` names the store's real cause ("database or disk is full").
     """
 

@@ -32,7 +32,8 @@ from engine.events import ToolResultSent
 from engine.faults import FaultInjector
 from engine.handler import CALLER_FAULT_KINDS
 from engine.kinds import ErrorKind
-from engine.turns import CallOutcome, CallStatus, ToolCall, Turn, TurnResult
+from engine.outcomes import CallOutcome, CallStatus, TurnResult
+from engine.turn import ToolCall, Turn
 
 if TYPE_CHECKING:
     from engine.engine import Engine

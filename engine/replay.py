@@ -46,7 +46,8 @@ from engine.events import (
 )
 from engine.kinds import ErrorKind
 from engine.manifest import ToolManifest
-from engine.turns import Turn, TurnResult
+from engine.outcomes import TurnResult
+from engine.turn import Turn
 
 TIME_TOLERANCE_S = 0.05
 """How far a replayed time may be from the recorded one. A turn recorded on a real clock

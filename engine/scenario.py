@@ -38,11 +38,11 @@ from engine.config import ConfigError, ConfigIssue, read_yaml
 from engine.faults import FaultPlan, FaultPlanError, load_fault_plan
 from engine.handler import MISSING
 from engine.llm import LLMToolCall, ToolCallExecutor
-from engine.turns import ToolCall, Turn, TurnError, validate
+from engine.turn import ToolCall, Turn, TurnError, validate
 
 if TYPE_CHECKING:
     from engine.engine import Engine
-    from engine.turns import TurnResult
+    from engine.outcomes import TurnResult
 
 
 class ScenarioError(ConfigError):

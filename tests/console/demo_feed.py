@@ -15,9 +15,9 @@ from engine.clock import VirtualWallClock
 from engine.demo import demo_engine
 from engine.events import Event, TurnStarted
 from engine.faults import FaultInjector
+from engine.outcomes import TurnResult
 from engine.scenario import load_scenario, run_scenario
 from engine.store import TraceStore
-from engine.turns import TurnResult
 from tests.console.factory import WALL
 
 ROOT = Path(__file__).parents[2]

@@ -25,8 +25,8 @@ from engine.events import AttemptFailed, Event, ManifestRefused
 from engine.faults import FaultInjector
 from engine.kinds import ErrorKind
 from engine.metrics import LATENCY_PRECISION, ToolStats
+from engine.outcomes import TurnResult
 from engine.scenario import load_scenario, run_scenario
-from engine.turns import TurnResult
 from tests.console import factory as f
 from tests.console.demo_feed import live_demo
 

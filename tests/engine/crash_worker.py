@@ -35,7 +35,7 @@ import anyio
 from engine import BreakerConfig, Engine, RetryPolicy, ToolManifest
 from engine.errors import TurnNotPersisted
 from engine.store import TraceRecorder, TraceStore
-from engine.turns import ToolCall, Turn
+from engine.turn import ToolCall, Turn
 
 TOOLS = ("flight_search", "hotel_search", "compare_prices")
 

@@ -7,7 +7,8 @@ import sys
 import anyio
 import pytest
 
-from engine.turns import CallStatus, ToolCall, Turn, TurnError
+from engine.outcomes import CallStatus
+from engine.turn import ToolCall, Turn, TurnError
 from tests.engine.conftest import Scripted, new_engine
 
 pytestmark = pytest.mark.anyio

@@ -16,7 +16,7 @@ from engine.events import Event
 from engine.faults import FaultInjector
 from engine.replay import RecordedAttempt, Recording, ReplayError, decisions, replay, replay_on_virtual_time
 from engine.scenario import load_scenario, run_scenario
-from engine.turns import ToolCall, Turn
+from engine.turn import ToolCall, Turn
 from tests.engine.conftest import Scripted, after, make_engine
 
 pytestmark = pytest.mark.anyio

@@ -20,7 +20,8 @@ from engine import (
     RetryPolicy,
     ToolManifest,
 )
-from engine.turns import CallStatus, ToolCall, Turn
+from engine.outcomes import CallStatus
+from engine.turn import ToolCall, Turn
 from tests.engine.conftest import Scripted, after, hang, new_engine
 
 pytestmark = pytest.mark.anyio

@@ -50,7 +50,7 @@ from engine.store import (
     TurnRow,
 )
 from engine.store.codec import codec_of
-from engine.turns import ToolCall, Turn
+from engine.turn import ToolCall, Turn
 from tests.engine.conftest import WALL, Scripted, make_engine
 
 pytestmark = pytest.mark.anyio

@@ -20,7 +20,7 @@ from engine.events import AttemptFailed, Event, TurnFinished, TurnStarted
 from engine.store import StoreWriteError, TraceRecorder, TraceStore
 from engine.store.backlog import Backlog, HeldBatch
 from engine.store.failures import FailureLog, write_problem
-from engine.turns import ToolCall, Turn
+from engine.turn import ToolCall, Turn
 from tests.engine.conftest import WALL
 from tests.engine.test_store import travel_engine, turn_events
 

@@ -15,7 +15,7 @@ from engine.breaker import BreakerState
 from engine.events import BreakerTripped, Event
 from engine.store import RetentionPolicy, TraceRecorder, TraceStore
 from engine.store.retention import RetentionSchedule, StepResult, parse_duration, parse_size
-from engine.turns import ToolCall, Turn
+from engine.turn import ToolCall, Turn
 from tests.engine.conftest import WALL, Scripted
 from tests.engine.test_store import turn_events
 

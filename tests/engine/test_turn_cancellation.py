@@ -15,7 +15,8 @@ import pytest
 from engine import ErrorKind, ToolCallExecutor, ToolError, ToolManifest
 from engine.errors import TraceStoreError, TurnNotPersisted
 from engine.llm import LLMToolCall
-from engine.turns import CallStatus, ToolCall, Turn
+from engine.outcomes import CallStatus
+from engine.turn import ToolCall, Turn
 from tests.conftest import virtual_time_backend
 from tests.engine.conftest import Scripted, after, new_engine, recorded
 

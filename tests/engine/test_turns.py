@@ -25,7 +25,8 @@ from engine import (
     ToolManifest,
 )
 from engine.events import ToolEvent
-from engine.turns import CallOutcome, CallStatus, ToolCall, Turn, TurnError, summarize, validate
+from engine.outcomes import CallOutcome, CallStatus, summarize
+from engine.turn import ToolCall, Turn, TurnError, validate
 from tests.engine.conftest import Scripted, after, hang, make_engine, new_engine
 
 pytestmark = pytest.mark.anyio

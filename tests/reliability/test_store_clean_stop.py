@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 WORKLOAD = """
 import anyio
-from engine.turns import ToolCall, Turn
+from engine.turn import ToolCall, Turn
 
 async def slow_search(**args):
     await anyio.sleep(600)

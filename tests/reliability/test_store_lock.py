@@ -19,7 +19,7 @@ import pytest
 
 from engine.errors import TurnNotPersisted
 from engine.store import TraceRecorder, TraceStore
-from engine.turns import ToolCall, Turn
+from engine.turn import ToolCall, Turn
 from tests.engine.test_store import travel_engine
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]

@@ -11,7 +11,7 @@ from console.app import ConsoleApp
 from console.host import EngineHost
 from engine.engine import Engine
 from engine.store import TraceRecorder, TraceStore
-from engine.turns import ToolCall, Turn
+from engine.turn import ToolCall, Turn
 from tests.engine.conftest import Scripted
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
