@@ -435,12 +435,14 @@ def _serve(args: argparse.Namespace) -> int:
     import anyio
 
     from console.host import driven_engine
+    from console.run import warn_refused
     from engine.store import TraceRecorder, TraceStore
 
     manifests = args.manifests or bundled_manifests()
     scenario = args.scenario or manifests / "demo" / "live.yaml"
     engine, workload, _ = driven_engine(manifests, scenario=scenario, workload=args.workload, record=True)
     assert workload is not None  # a scenario, when not a workload of yours
+    warn_refused(engine)
     try:
         with TraceStore(args.traces) as store:
             # Batches: the engine never waits for the disk; attached consoles read what is committed.

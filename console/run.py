@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -110,6 +111,12 @@ def report(
     }
 
 
+def warn_refused(engine: Engine) -> None:
+    """One line on stderr per manifest file skipped at start-up: never silently ignored."""
+    for path, reason in engine.manifests.refused.items():
+        print(f"tripwire: warning: {path}: {reason}; skipped", file=sys.stderr)
+
+
 def run_command(
     scenario_path: Path,
     manifests: Path,
@@ -130,6 +137,7 @@ def run_command(
         manifests, faults=injector, seed=scenario.spec.seed, wall_clock=wall, record=traces is not None
     )
     scenario.check(engine.tools)  # before anything runs or prints
+    warn_refused(engine)
     store = TraceStore(traces) if traces is not None else None
     # Recorded runs namespace their turns by when they ran: the same scenario can be stored again.
     run_id = (

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -125,3 +127,15 @@ def test_a_usage_error_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert done.value.code == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert line == "tripwire: argument --limit: invalid int value: 'many' (see `tripwire traces list --help`)"
+
+
+def test_manifest_files_skipped_at_start_up_are_said_on_stderr(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifests = tmp_path / "manifests"
+    shutil.copytree(ROOT / "manifests", manifests)
+    os.mkfifo(manifests / "pipe.yaml")
+    assert main(["run", str(DEMO), "--manifests", str(manifests), "--no-record", "--json"]) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        f"tripwire: warning: {manifests / 'pipe.yaml'}: not a regular file (a FIFO); skipped"
+    ]
