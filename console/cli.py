@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING, NoReturn
 
 from rich.console import Console
 
+from console.doctor import report, startup_problem, version
 from engine.config import ConfigError
 from engine.errors import one_line
+from engine.locations import bundled_manifests, default_manifests, default_trace_store
 
 if TYPE_CHECKING:
     from anyio import CancelScope
@@ -27,8 +29,8 @@ if TYPE_CHECKING:
     from engine.engine import Engine
     from engine.store import RetentionPolicy, TraceStore
 
-PACKAGE = Path(__file__).resolve().parent
-DEFAULT_TRACES = Path("traces/traces.db")
+TRACES_DEFAULT = "./traces/traces.db in a project with a traces/ directory, else your data directory"
+MANIFESTS_DEFAULT = "./manifests if there is one, else the bundled demo manifests"
 PIPE_CLOSED = 141
 """Exit status when the reader of stdout has gone (``tripwire traces list | head -1``): 128 + SIGPIPE,
 what a shell reports for git or cat there; nothing is printed about it."""
@@ -38,14 +40,6 @@ KEEP_MAX = 1_000_000_000
 POLL_MS_MAX = 60_000.0
 TOLERANCE_MS_MAX = 60_000.0
 REFRESH_HZ = (1.0, 30.0)
-
-
-def bundled_manifests() -> Path:
-    """``manifests/`` here, else the repository's (editable install), else the wheel's copy."""
-    for candidate in (Path("manifests"), PACKAGE.parent / "manifests", PACKAGE / "demo_manifests"):
-        if candidate.is_dir():
-            return candidate
-    return Path("manifests")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -60,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="tripwire",
         description="Tool-call resilience engine and operations console for AI agents.",
     )
+    parser.add_argument("--version", action="version", version=f"tripwire {version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     run = commands.add_parser(
@@ -69,8 +64,25 @@ def build_parser() -> argparse.ArgumentParser:
         "with the bundled travel-agent tools, on a virtual clock unless --real-time, and print each "
         "turn's outcome and the per-tool metrics. Turns are recorded in the trace store.",
     )
-    run.add_argument("scenario", type=Path, help="scenario file, e.g. manifests/demo/scenario.yaml")
+    run.add_argument("scenario", type=Path, help="scenario file, e.g. scenario.yaml (after tripwire init)")
     _run_options(run)
+
+    init = commands.add_parser(
+        "init",
+        help="write a starter project: manifests/, a first scenario, traces/",
+        description="Write a starter project into DIR (default: here): manifests/ with defaults.yaml "
+        "and one commented example tool, scenario.yaml with its fault plan, and traces/ for the trace "
+        "store. Never overwrites: if any of those files exists, nothing is written.",
+    )
+    init.add_argument("directory", nargs="?", type=Path, default=Path("."), metavar="DIR")
+
+    commands.add_parser(
+        "doctor",
+        help="check the installation: versions, packages, default paths, the terminal",
+        description="Say which tripwire this is, whether its engine and console packages are its own "
+        "(PyPI has an unrelated package named console), and which manifests and trace store it uses "
+        "by default here. Exits 2 when something is wrong.",
+    )
 
     live = commands.add_parser(
         "console",
@@ -81,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
         "trace store. With --attach DB it runs no engine: it watches the one recording into DB "
         "(tripwire serve) and sends it the operator actions.",
     )
-    _engine_options(live, traces_default=None)
+    _engine_options(live)
     source = _workload_options(live)
     source.add_argument(
         "--attach",
@@ -123,6 +135,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     traces = commands.add_parser("traces", help="browse, export and prune stored turns")
     actions = traces.add_subparsers(dest="action", metavar="ACTION", required=True)
+    where = actions.add_parser("where", help="which trace store the commands here use, and why")
+    _traces_option(where)
+    where.add_argument("--json", action="store_true", help="print JSON")
     listing = actions.add_parser("list", help="list stored turns, newest first")
     _traces_option(listing)
     listing.add_argument(
@@ -187,22 +202,13 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _engine_options(
-    parser: argparse.ArgumentParser,
-    *,
-    traces_default: Path | None = DEFAULT_TRACES,
-    recording: str = "record in",
-    optional: bool = True,
+    parser: argparse.ArgumentParser, *, recording: str = "record in", optional: bool = True
 ) -> None:
     """--manifests and --traces, and --no-record unless recording is not ``optional``."""
     parser.add_argument(
-        "--manifests", type=Path, default=None, help="manifest directory (default: the bundled manifests/)"
+        "--manifests", type=Path, default=None, help=f"manifest directory (default: {MANIFESTS_DEFAULT})"
     )
-    parser.add_argument(
-        "--traces",
-        type=Path,
-        default=traces_default,
-        help=f"trace store to {recording} (default {DEFAULT_TRACES})",
-    )
+    parser.add_argument("--traces", type=Path, help=f"trace store to {recording} (default: {TRACES_DEFAULT})")
     if optional:
         parser.add_argument("--no-record", action="store_true", help="do not record the turns")
 
@@ -225,7 +231,7 @@ def _workload_options(parser: argparse.ArgumentParser) -> argparse._MutuallyExcl
     """--scenario or --workload: what drives a live engine."""
     source = parser.add_mutually_exclusive_group()
     source.add_argument(
-        "--scenario", type=Path, help="play this scenario in a loop (default: manifests/demo/live.yaml)"
+        "--scenario", type=Path, help="play this scenario in a loop (default: the bundled demo/live.yaml)"
     )
     source.add_argument(
         "--workload", metavar="MODULE:FUNCTION", help="drive the engine with your async def fn(engine)"
@@ -234,9 +240,7 @@ def _workload_options(parser: argparse.ArgumentParser) -> argparse._MutuallyExcl
 
 
 def _traces_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--traces", type=Path, default=DEFAULT_TRACES, help=f"trace store (default {DEFAULT_TRACES})"
-    )
+    parser.add_argument("--traces", type=Path, help=f"trace store (default: {TRACES_DEFAULT})")
 
 
 class _PipeConsole(Console):
@@ -268,12 +272,20 @@ def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     console = _PipeConsole()
     command = args.command or "console"
+    if command == "doctor":
+        lines, healthy = report(terminal_problem())
+        print("\n".join(lines))
+        return 0 if healthy else 2
+    if (problem := startup_problem()) is not None:
+        print(f"tripwire: {problem}", file=sys.stderr)
+        return 2
     try:
         # Imported here: keeps --help fast.
         from engine.store import TraceStoreError
 
         try:
             _check_numbers(args)
+            _resolve_defaults(command, args)
             return _dispatch(command, args, console)
         except TraceStoreError as error:
             print(f"tripwire: {error}", file=sys.stderr)
@@ -333,6 +345,22 @@ def _check_numbers(args: argparse.Namespace) -> None:
         raise UsageError(f"--poll-ms must be at most {POLL_MS_MAX:g}, got {poll_ms:g}")
 
 
+def _resolve_defaults(command: str, args: argparse.Namespace) -> None:
+    """Fill in the paths nobody gave (see :mod:`engine.locations`), noting why each was chosen;
+    an attached console takes none."""
+    if getattr(args, "attach", None) is not None:
+        return
+    if command in ("console", "serve", "run", "demo") and getattr(args, "manifests", None) is None:
+        args.manifests = default_manifests().path
+    if command in ("init", "doctor"):
+        return
+    if getattr(args, "traces", None) is None:
+        store = default_trace_store()
+        args.traces, args.traces_why = store.path, store.why
+    else:
+        args.traces_why = "given with --traces"
+
+
 def terminal_problem() -> str | None:
     """Why the full-screen console cannot run here, or None: it reads keys and draws a screen."""
     for name, stream in (("stdin", sys.stdin), ("stdout", sys.stdout), ("stderr", sys.stderr)):
@@ -380,16 +408,16 @@ def _console(args: argparse.Namespace) -> int:
         return _attached_console(args, attach)
     from console.live import LiveOptions, build_live_app
 
-    manifests = getattr(args, "manifests", None) or bundled_manifests()
+    manifests: Path = args.manifests
     workload = getattr(args, "workload", None)
     scenario = getattr(args, "scenario", None)
     if scenario is None and workload is None:
-        scenario = manifests / "demo" / "live.yaml"
+        scenario = bundled_manifests() / "demo" / "live.yaml"
     _need_terminal()  # before the engine starts and the store is created
     no_record = getattr(args, "no_record", False)
     options = LiveOptions(
         manifests=manifests,
-        traces=None if no_record else getattr(args, "traces", None) or DEFAULT_TRACES,
+        traces=None if no_record else args.traces,
         scenario=scenario,
         workload=workload,
         read_only=getattr(args, "read_only", False),
@@ -438,8 +466,8 @@ def _serve(args: argparse.Namespace) -> int:
     from console.run import warn_refused
     from engine.store import TraceRecorder, TraceStore
 
-    manifests = args.manifests or bundled_manifests()
-    scenario = args.scenario or manifests / "demo" / "live.yaml"
+    manifests: Path = args.manifests
+    scenario = args.scenario or bundled_manifests() / "demo" / "live.yaml"
     engine, workload, _ = driven_engine(manifests, scenario=scenario, workload=args.workload, record=True)
     assert workload is not None  # a scenario, when not a workload of yours
     warn_refused(engine)
@@ -501,14 +529,16 @@ def _dispatch(command: str, args: argparse.Namespace, console: Console) -> int:
 
     if command == "console":
         return _console(args)
+    if command == "init":
+        return _init(args.directory)
     if command == "serve":
         return _serve(args)
     if command in ("run", "demo"):
         from console.run import run_command
 
-        manifests = getattr(args, "manifests", None) or bundled_manifests()
-        scenario = args.scenario if command == "run" else manifests / "demo" / "scenario.yaml"
-        record = None if getattr(args, "no_record", False) else getattr(args, "traces", DEFAULT_TRACES)
+        manifests: Path = args.manifests
+        scenario = args.scenario if command == "run" else bundled_manifests() / "demo" / "scenario.yaml"
+        record = None if args.no_record else args.traces
         return run_command(
             scenario,
             manifests,
@@ -522,6 +552,8 @@ def _dispatch(command: str, args: argparse.Namespace, console: Console) -> int:
         return t.replay_command(
             args.traces, args.turn_id, console, as_json=args.json, tolerance_s=tolerance_s
         )
+    if args.action == "where":
+        return t.where_command(args.traces, args.traces_why, console, as_json=args.json)
     if args.action == "list":
         return t.list_command(
             args.traces, console, limit=args.limit, cursor=args.cursor, outcome=args.outcome, tool=args.tool,
@@ -536,6 +568,22 @@ def _dispatch(command: str, args: argparse.Namespace, console: Console) -> int:
     return t.prune_command(
         args.traces, console, older_than=args.older_than, keep=args.keep, as_json=args.json
     )
+
+
+def _init(directory: Path) -> int:
+    """``tripwire init``: the starter project, then what to do next."""
+    from console.project import ProjectExists, init_project
+    from console.traces import UsageError
+
+    try:
+        written = init_project(directory)
+    except ProjectExists as exc:
+        raise UsageError(str(exc)) from None
+    for path in written:
+        print(f"wrote {path}")
+    here = "" if directory.resolve() == Path.cwd().resolve() else f"cd {shlex.quote(str(directory))} && "
+    print(f"next: {here}tripwire run scenario.yaml && tripwire traces list")
+    return 0
 
 
 if __name__ == "__main__":

@@ -164,7 +164,9 @@ def run_command(
     if not as_json:
         clock = "real time" if real_time else "virtual time"
         recording = f", recorded in {traces}" if traces is not None else ""
-        console.print(f"[bold]{scenario.name}[/] — {len(scenario.spec.turns)} turns, {clock}{recording}")
+        count = len(scenario.spec.turns)
+        turns = f"{count} turn{'' if count == 1 else 's'}"
+        console.print(f"[bold]{scenario.name}[/] — {turns}, {clock}{recording}")
     try:
         if real_time:
             results, stats = anyio.run(main)

@@ -79,6 +79,18 @@ def _bring_up_to_date(path: Path) -> None:
         TraceStore(path, verify=False, create=False, busy_timeout_ms=REFRESH_BUSY_MS).close()
 
 
+def where_command(traces: Path, why: str, console: Console, *, as_json: bool) -> int:
+    """Which trace store the commands here use, why, and whether it exists yet."""
+    exists = traces.exists()
+    if as_json:
+        print(json.dumps({"path": str(traces.absolute()), "why": why, "exists": exists}))
+        return 0
+    state = "" if exists else "; nothing recorded there yet"
+    console.print(f"{traces.absolute()}", highlight=False, soft_wrap=True)
+    console.print(Text(f"{why}{state}", style="dim"), soft_wrap=True)
+    return 0
+
+
 def _row_dict(row: TurnRow) -> dict[str, Any]:
     return {
         "turn_id": row.turn_id,

@@ -46,6 +46,9 @@ from engine.retry import RetryPlan, RetryPolicy, plan_retry
 from engine.trace import TurnTrace
 from engine.turn import ToolCall, Turn, TurnError
 
+__tripwire__ = True
+"""Marks this ``engine`` as tripwire's (see ``tripwire doctor``)."""
+
 __all__ = [
     "EVENT_TYPES",
     "KIND_INFO",

@@ -26,3 +26,9 @@ def virtual_time_backend(name: str) -> tuple[str, dict[str, Any]]:
 @pytest.fixture(params=BACKENDS)
 def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
     return virtual_time_backend(request.param)
+
+
+@pytest.fixture(autouse=True)
+def own_data_directory(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test records into the user's data directory (the default trace store outside a project)."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("xdg-data")))

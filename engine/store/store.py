@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from engine.locations import PROJECT_TRACES, TRACES_FILE, default_trace_store
 from engine.store.command_queue import CommandQueue
 from engine.store.follow import StoreFollow
 from engine.store.opening import open_store
@@ -19,12 +20,16 @@ from engine.store.writes import StoreWrites
 if TYPE_CHECKING:
     from sqlite_utils import Database
 
-DEFAULT_PATH = Path("traces/traces.db")
+DEFAULT_PATH = PROJECT_TRACES / TRACES_FILE
+"""A project's store, relative to it; without a ``path`` a store follows :func:`default_trace_store`."""
 SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 
 
 class TraceStore(StoreWrites, StoreReads, StoreFollow, CommandQueue, StoreRetention):
     """A SQLite trace store; see :mod:`engine.store`. Thread-safe: one lock serialises its use.
+
+    ``path`` defaults to :func:`engine.locations.default_trace_store`: ``./traces/traces.db`` in a
+    project with a ``traces/`` directory, else the user's data directory.
 
     ``readonly=True`` (the console, the CLI) opens an existing store with ``mode=ro`` and never
     creates one. ``synchronous`` trades durability against power loss for speed (in WAL mode
@@ -40,7 +45,7 @@ class TraceStore(StoreWrites, StoreReads, StoreFollow, CommandQueue, StoreRetent
 
     def __init__(
         self,
-        path: str | Path = DEFAULT_PATH,
+        path: str | Path | None = None,
         *,
         readonly: bool = False,
         synchronous: str = "NORMAL",
@@ -51,7 +56,7 @@ class TraceStore(StoreWrites, StoreReads, StoreFollow, CommandQueue, StoreRetent
     ) -> None:
         if synchronous.upper() not in SYNCHRONOUS:
             raise ValueError(f"synchronous must be one of {', '.join(SYNCHRONOUS)}, got {synchronous!r}")
-        self.path = Path(path)
+        self.path = Path(path) if path is not None else default_trace_store().path
         self.readonly = readonly
         self._lock = threading.RLock()
         self._open_turns = {}
