@@ -11,7 +11,6 @@ thread, and the board changes only when the engine's own event comes back.
 from __future__ import annotations
 
 import gc
-import getpass
 import time
 from collections.abc import Callable, Iterable
 from datetime import datetime
@@ -39,6 +38,7 @@ from console.screens.tool import ToolScreen
 from console.screens.traces import TraceBrowserScreen
 from engine.breaker import BreakerState
 from engine.store import TraceStore, TraceStoreError
+from engine.store.command_auth import command_origin
 
 VIEWS = {
     "board": "Board",
@@ -126,7 +126,7 @@ class ConsoleApp(App[None]):
         """A recorded turn or time range being played through the views, if any."""
         self.traces = traces
         self.refresh_hz = max(1.0, min(30.0, refresh_hz))
-        self.actor = actor or f"operator:{getpass.getuser()}"
+        self.actor = actor or f"operator:{command_origin().user}"  # the OS user, not $USER
         self.paused = False
         self.pending_while_paused = 0
         self._live_now = 0.0
@@ -151,6 +151,8 @@ class ConsoleApp(App[None]):
         if self._live:
             self.set_interval(1 / self.refresh_hz, self.flush, name="flush")
         self.flush()
+        if why := self.read_only_reason:
+            self.notify(why, title="Read-only: no trip, reset or disable", severity="warning", timeout=15)
         if self._freeze_gc:
             # What exists once the UI is up lives as long as the app: out of the collector's
             # way, a full collection scans only what the flood of events keeps (~3× shorter).
@@ -203,6 +205,13 @@ class ConsoleApp(App[None]):
         """The views' clock: engine time, live or replayed. Every countdown reads it."""
         return self.replay.now if self.replay is not None else self._live_now
 
+    @property
+    def read_only_reason(self) -> str | None:
+        """Why a console that was not asked to be read-only is (an attached one without the
+        store's command key); only some links can say."""
+        why = getattr(self.link, "read_only_reason", None)
+        return why if isinstance(why, str) else None
+
     def _measure_rate(self, now: float) -> None:
         since, received, _ = self._rate
         if now - since >= 1.0:
@@ -242,6 +251,8 @@ class ConsoleApp(App[None]):
             parts.append((f" · {unsaved:,} turns not persisted", "bold $error"))
         if self.link.read_only:
             parts.append((" · read-only", "$accent"))
+            if why := self.read_only_reason:
+                parts.append((f": {why}", "$accent"))
         if self.link.description:
             parts.append((f" · {self.link.description}", "$foreground-muted"))
         return Content.assemble(*parts)

@@ -6,8 +6,10 @@ records its events in a trace store. :class:`AttachedLink` follows that store: a
 own (never the UI's) reads the events committed since the last poll, every 100 ms, and hands
 them to the console's bridge as an engine's sink would, so the board runs a few hundred
 milliseconds behind the engine at most. Operator actions become rows in the store's command
-table; the engine applies them, records the transition like any other, and acknowledges each
-with the breaker state it left, which :meth:`AttachedLink.act` waits for.
+table, signed with the store's command key and naming this process's OS user, host and pid;
+the engine checks them, applies them, records the transition like any other, and acknowledges
+each with the breaker state it left, which :meth:`AttachedLink.act` waits for. A console that
+cannot read the key (or attached to a service that takes no commands) is read-only, and says why.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from console.host import Action
 from console.model import ManifestView, ToolSeed
 from engine.events import Event
 from engine.store import CommandRow, StoreSnapshot, ToolState, TraceStore, TraceStoreError
+from engine.store.command_auth import CommandKeyError, command_key_path, read_key
 
 log = logging.getLogger("tripwire.console")
 
@@ -41,6 +44,7 @@ UNANSWERED_S = 3.0
 """A command pending this long means no engine is serving commands (one polls every 0.2 s)."""
 CHECK_S = 1.0
 """How often the follower thread looks for unanswered commands."""
+NO_COMMANDS = "the service on this store takes no operator commands (tripwire serve --no-commands)"
 
 
 class CommandFailed(Exception):
@@ -54,6 +58,10 @@ class AttachedLink:
     manifest) and refuses a missing, corrupt or foreign store with a one-line
     :class:`~engine.store.TraceStoreError`. Nothing is recorded; a console that may act opens the
     store read-write to queue its commands (and migrates an older store, as an engine would).
+
+    It may act when it can read the store's command key (``traces.db.key``, its owner's alone)
+    and the service did not say it takes no commands; otherwise it is read-only and
+    :attr:`read_only_reason` says why, on one line.
     """
 
     def __init__(
@@ -73,15 +81,30 @@ class AttachedLink:
                 f" {ack_timeout_s}, {history}"
             )
         self.path = Path(path)
-        self.read_only = read_only
+        self.read_only_reason: str | None = None
+        """Why this console may not act though it was not opened read-only, on one line."""
+        self._key: bytes | None = None
+        if not read_only:
+            key_path = command_key_path(self.path)
+            try:
+                self._key = read_key(key_path)
+            except CommandKeyError as exc:
+                self.read_only_reason = f"{key_path.name}: {exc.problem}"
+        self.read_only = read_only or self._key is None
         self.description = f"attached to {self.path}"
         self.poll_s = poll_s
         self.ack_timeout_s = ack_timeout_s
         self.unanswered_s = unanswered_s
         self.wall_clock = wall_clock
         """Stamps commands and dates events: the engine's ``at`` is on the same clock."""
-        self.store = TraceStore(self.path, readonly=read_only, verify=False, create=False)
+        self.store = TraceStore(self.path, readonly=self.read_only, verify=False, create=False)
         try:
+            if not read_only and self.store.taking_commands() is False:
+                self.read_only_reason = NO_COMMANDS  # says more than a missing key would
+                if self._key is not None:  # opened read-write for nothing: read-only it is
+                    self.read_only, self._key = True, None
+                    self.store.close()
+                    self.store = TraceStore(self.path, readonly=True, verify=False, create=False)
             self.snapshot: StoreSnapshot = self.store.tool_states()
         except BaseException:
             self.store.close()
@@ -128,32 +151,36 @@ class AttachedLink:
         return t + max(0.0, self.wall_clock() - at)
 
     def act(self, action: Action, tool_id: str, *, actor: str, reason: str) -> str:
-        """Act, and return the engine's acknowledgement: the breaker state the action left."""
-        return self.send(action, tool_id, actor=actor, reason=reason).result or ""
+        """Act, and return the engine's acknowledgement: the breaker state the action left.
+
+        ``actor`` is not used: the engine records the OS user, host and pid of this process.
+        """
+        return self.send(action, tool_id, reason=reason).result or ""
 
     def act_acknowledged(self, action: Action, tool_id: str, *, actor: str, reason: str) -> str:
         """:meth:`act`, by the name that says it waits for the engine's acknowledgement."""
         return self.act(action, tool_id, actor=actor, reason=reason)
 
-    def send(self, action: Action, tool_id: str, *, actor: str, reason: str) -> CommandRow:
-        """Queue the command and wait for the engine to acknowledge it; returns it applied.
+    def send(self, action: Action, tool_id: str, *, reason: str) -> CommandRow:
+        """Queue the signed command and wait for the engine to acknowledge it; returns it applied.
 
-        Raises :class:`CommandFailed` when the engine refuses it (an unknown tool) and
-        ``TimeoutError`` when no engine acknowledges it in time: it then expires, never applied
-        late. Blocks: call it from a worker thread.
+        Raises :class:`CommandFailed` when the engine refuses it (an unknown tool, a command it
+        would not take) and ``TimeoutError`` when no engine acknowledges it in time: it then
+        expires, never applied late. Blocks: call it from a worker thread.
         """
-        if self.read_only:
-            raise PermissionError("the console is read-only")
+        if self.read_only or self._key is None:
+            why = f": {self.read_only_reason}" if self.read_only_reason else ""
+            raise PermissionError(f"the console is read-only{why}")
         sent = self.wall_clock()
         command_id = self.store.submit_command(
-            action, tool_id, actor=actor, reason=reason, expires_at=sent + self.ack_timeout_s, now=sent
+            action, tool_id, reason=reason, expires_in_s=self.ack_timeout_s, now=sent, key=self._key
         )
         deadline = time.monotonic() + self.ack_timeout_s + ACK_GRACE_S
         while True:
             command = self.store.command(command_id)
             if command.status == "applied":
                 return command
-            if command.status == "failed":
+            if command.status in ("failed", "refused"):
                 raise CommandFailed(f"the engine refused it: {command.result}")
             if time.monotonic() >= deadline or self._closed:
                 raise TimeoutError(
@@ -212,7 +239,10 @@ class AttachedLink:
         except TraceStoreError:
             return  # reported by the follower already
         now = self.wall_clock()
-        if not pending or now - pending[0].created_at < self.unanswered_s:
+        if not pending or not isinstance(pending[0].created_at, float):  # a row another wrote oddly
+            self._engine_problem = None
+            return
+        if now - pending[0].created_at < self.unanswered_s:
             self._engine_problem = None
             return
         command = pending[0]

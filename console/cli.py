@@ -12,11 +12,12 @@ import sys
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from console.doctor import report, startup_problem, version
+from console.arguments import LIMIT_MAX, POLL_MS_MAX, build_parser
+from console.doctor import report, startup_problem
 from engine.config import ConfigError
 from engine.errors import one_line
 from engine.locations import bundled_manifests, default_manifests, default_trace_store
@@ -29,218 +30,12 @@ if TYPE_CHECKING:
     from engine.engine import Engine
     from engine.store import RetentionPolicy, TraceStore
 
-TRACES_DEFAULT = "./traces/traces.db in a project with a traces/ directory, else your data directory"
-MANIFESTS_DEFAULT = "./manifests if there is one, else the bundled demo manifests"
 PIPE_CLOSED = 141
 """Exit status when the reader of stdout has gone (``tripwire traces list | head -1``): 128 + SIGPIPE,
 what a shell reports for git or cat there; nothing is printed about it."""
-LIMIT_MAX = 10_000
-"""Turns per page of ``traces list``."""
 KEEP_MAX = 1_000_000_000
-POLL_MS_MAX = 60_000.0
 TOLERANCE_MS_MAX = 60_000.0
 REFRESH_HZ = (1.0, 30.0)
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse, with its errors on one line like every other: ``tripwire: <problem> (see --help)``."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"tripwire: {one_line(message)} (see `{self.prog} --help`)\n")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="tripwire",
-        description="Tool-call resilience engine and operations console for AI agents.",
-    )
-    parser.add_argument("--version", action="version", version=f"tripwire {version()}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-
-    run = commands.add_parser(
-        "run",
-        help="run a scenario of turns against the bundled tools and print a report",
-        description="Run a scenario (YAML turns, optionally with a fault plan) against the manifests "
-        "with the bundled travel-agent tools, on a virtual clock unless --real-time, and print each "
-        "turn's outcome and the per-tool metrics. Turns are recorded in the trace store.",
-    )
-    run.add_argument("scenario", type=Path, help="scenario file, e.g. scenario.yaml (after tripwire init)")
-    _run_options(run)
-
-    init = commands.add_parser(
-        "init",
-        help="write a starter project: manifests/, a first scenario, traces/",
-        description="Write a starter project into DIR (default: here): manifests/ with defaults.yaml "
-        "and one commented example tool, scenario.yaml with its fault plan, and traces/ for the trace "
-        "store. Never overwrites: if any of those files exists, nothing is written.",
-    )
-    init.add_argument("directory", nargs="?", type=Path, default=Path("."), metavar="DIR")
-
-    commands.add_parser(
-        "doctor",
-        help="check the installation: versions, packages, default paths, the terminal",
-        description="Say which tripwire this is, whether its engine and console packages are its own "
-        "(PyPI has an unrelated package named console), and which manifests and trace store it uses "
-        "by default here. Exits 2 when something is wrong.",
-    )
-
-    live = commands.add_parser(
-        "console",
-        help="the operations console (the default command)",
-        description="Open the operations console on a live engine: the bundled demo (the "
-        "travel-agent tools through a looping outage), a scenario of yours with --scenario, or "
-        "your own workload with --workload. Hot-reloads the manifests; records turns in the "
-        "trace store. With --attach DB it runs no engine: it watches the one recording into DB "
-        "(tripwire serve) and sends it the operator actions.",
-    )
-    _engine_options(live)
-    source = _workload_options(live)
-    source.add_argument(
-        "--attach",
-        type=Path,
-        metavar="DB",
-        help="watch the engine recording into this trace store (tripwire serve) instead of running one",
-    )
-    _retention_options(live)
-    live.add_argument("--read-only", action="store_true", help="watch only: no trip, reset or disable")
-    live.add_argument(
-        "--refresh-hz", type=float, default=10.0, help="redraws per second (1 to 30, default 10)"
-    )
-
-    demo = commands.add_parser(
-        "demo",
-        help="run the bundled demo scenario (manifests/demo/scenario.yaml)",
-        description="Run the bundled demo: the travel-agent tools through a scripted outage that "
-        "reaches every outcome (retries, timeouts, cascades, alternatives, breakers).",
-    )
-    _run_options(demo)
-
-    serve = commands.add_parser(
-        "serve",
-        help="run the engine headless, as an agent service a console can attach to",
-        description="Run an engine in real time without a screen, as an agent service would: the bundled "
-        "demo (manifests/demo/live.yaml in a loop), your scenario in a loop, or your own workload. Every "
-        "event is recorded in the trace store, and the operator commands of consoles attached to it "
-        "(tripwire console --attach DB) are applied. Runs until Ctrl-C or SIGTERM.",
-    )
-    _engine_options(serve, recording="record in and take operator commands from", optional=False)
-    _workload_options(serve)
-    _retention_options(serve)
-    serve.add_argument(
-        "--poll-ms",
-        type=float,
-        default=200.0,
-        help=f"ms between looks for operator commands (above 0, up to {POLL_MS_MAX:,.0f}; default 200)",
-    )
-
-    traces = commands.add_parser("traces", help="browse, export and prune stored turns")
-    actions = traces.add_subparsers(dest="action", metavar="ACTION", required=True)
-    where = actions.add_parser("where", help="which trace store the commands here use, and why")
-    _traces_option(where)
-    where.add_argument("--json", action="store_true", help="print JSON")
-    listing = actions.add_parser("list", help="list stored turns, newest first")
-    _traces_option(listing)
-    listing.add_argument(
-        "--outcome", choices=("ok", "degraded", "failed", "timed_out", "canceled", "interrupted", "running")
-    )
-    listing.add_argument("--tool", help="only turns that called this tool")
-    listing.add_argument("--since", help="started at or after: 2h, 30m, 7d ago, or an ISO time")
-    listing.add_argument("--until", help="started before: 2h, 30m, 7d ago, or an ISO time")
-    listing.add_argument(
-        "--limit", type=int, default=20, help=f"turns per page (1 to {LIMIT_MAX:,}, default 20)"
-    )
-    listing.add_argument("--cursor", help="the next page, as printed after a page")
-    listing.add_argument("--json", action="store_true", help="print JSON")
-    show = actions.add_parser("show", help="one turn with every event")
-    show.add_argument("turn_id")
-    _traces_option(show)
-    show.add_argument("--json", action="store_true", help="print JSON")
-    export = actions.add_parser(
-        "export",
-        help="a turn or a time range as JSON Lines",
-        description="Write events as JSON Lines, one event per line. A time range holds the turns that"
-        " started in it, each whole, and the events outside turns (operator actions, breaker timers,"
-        " manifest loads) that happened in it. A file (-o) is written whole or not at all, owner-only;"
-        " an existing one is replaced only with --force, and the trace store itself never.",
-    )
-    export.add_argument("turn_id", nargs="?", help="one turn (default: every event in the range)")
-    _traces_option(export)
-    export.add_argument("--since", help="from: 2h, 30m, 7d ago, or an ISO time")
-    export.add_argument("--until", help="to (excluded): 2h, 30m, 7d ago, or an ISO time")
-    export.add_argument("-o", "--output", type=Path, help="file to write (default: stdout)")
-    export.add_argument("--force", action="store_true", help="replace the -o file if it exists")
-    prune = actions.add_parser("prune", help="remove old turns")
-    _traces_option(prune)
-    prune.add_argument("--older-than", help="remove turns started longer ago than this (e.g. 7d)")
-    prune.add_argument("--keep", type=int, metavar="N", help="keep only the newest N turns (N at least 1)")
-    prune.add_argument("--json", action="store_true", help="print JSON")
-
-    replay = commands.add_parser(
-        "replay",
-        help="replay a stored turn on virtual time and check every decision",
-        description="Re-run a recorded turn with the recorded outcomes in place of the tools, on a "
-        "virtual clock, and report whether every engine decision matches the recording. Exits 0 "
-        "when all match, 1 when something differs.",
-    )
-    replay.add_argument("turn_id")
-    _traces_option(replay)
-    replay.add_argument(
-        "--tolerance-ms",
-        type=float,
-        default=50.0,
-        metavar="MS",
-        help="how far a replayed time may be from the recorded one (0 to 60,000; default 50)",
-    )
-    replay.add_argument("--json", action="store_true", help="print JSON")
-    return parser
-
-
-def _run_options(parser: argparse.ArgumentParser) -> None:
-    _engine_options(parser)
-    parser.add_argument("--real-time", action="store_true", help="wait out the real delays instead")
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
-
-
-def _engine_options(
-    parser: argparse.ArgumentParser, *, recording: str = "record in", optional: bool = True
-) -> None:
-    """--manifests and --traces, and --no-record unless recording is not ``optional``."""
-    parser.add_argument(
-        "--manifests", type=Path, default=None, help=f"manifest directory (default: {MANIFESTS_DEFAULT})"
-    )
-    parser.add_argument("--traces", type=Path, help=f"trace store to {recording} (default: {TRACES_DEFAULT})")
-    if optional:
-        parser.add_argument("--no-record", action="store_true", help="do not record the turns")
-
-
-def _retention_options(parser: argparse.ArgumentParser) -> None:
-    """What a long-running recorder keeps: old turns are removed in the background, a few at a time."""
-    parser.add_argument(
-        "--retention-age",
-        metavar="AGE",
-        help="remove turns older than this, e.g. 7d or 12h, or off (default 7d)",
-    )
-    parser.add_argument(
-        "--retention-size",
-        metavar="SIZE",
-        help="keep the store's data under this, e.g. 1GiB or 500MB, or off (default 1GiB)",
-    )
-
-
-def _workload_options(parser: argparse.ArgumentParser) -> argparse._MutuallyExclusiveGroup:
-    """--scenario or --workload: what drives a live engine."""
-    source = parser.add_mutually_exclusive_group()
-    source.add_argument(
-        "--scenario", type=Path, help="play this scenario in a loop (default: the bundled demo/live.yaml)"
-    )
-    source.add_argument(
-        "--workload", metavar="MODULE:FUNCTION", help="drive the engine with your async def fn(engine)"
-    )
-    return source
-
-
-def _traces_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--traces", type=Path, help=f"trace store (default: {TRACES_DEFAULT})")
 
 
 class _PipeConsole(Console):
@@ -473,11 +268,17 @@ def _serve(args: argparse.Namespace) -> int:
     warn_refused(engine)
     try:
         with TraceStore(args.traces) as store:
+            # The command key (made beside the store if there is none): a key others may read is
+            # refused here, on one line, before anything runs.
+            key = None if args.no_commands else store.command_key()
+            store.set_taking_commands(key is not None)  # what attached consoles are told
             # Batches: the engine never waits for the disk; attached consoles read what is committed.
             recorder = TraceRecorder(store, durability="batch", retention=_retention(args)).attach(engine)
             try:
                 recorder.flush()  # the manifests in force are stored before anyone is told to attach
-                service = partial(_run_service, engine, store, workload, args.traces, args.poll_ms / 1000)
+                service = partial(
+                    _run_service, engine, store, workload, args.traces, args.poll_ms / 1000, key
+                )
                 return anyio.run(service, backend="asyncio")
             finally:
                 recorder.close()
@@ -486,9 +287,10 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 async def _run_service(
-    engine: Engine, store: TraceStore, workload: Workload, traces: Path, poll_s: float
+    engine: Engine, store: TraceStore, workload: Workload, traces: Path, poll_s: float, key: bytes | None
 ) -> int:
-    """The engine, its workload and the operator commands, in one task group until a signal."""
+    """The engine, its workload and (given the command key) the operator commands, in one task
+    group until a signal."""
     import anyio
 
     from engine.commands import serve_operator_commands
@@ -496,10 +298,12 @@ async def _run_service(
     status = 0
     async with engine, anyio.create_task_group() as group:
         await group.start(_cancel_on_signal, group.cancel_scope)
-        await group.start(partial(serve_operator_commands, engine, store, poll_s=poll_s))
+        if key is not None:
+            await group.start(partial(serve_operator_commands, engine, store, key=key, poll_s=poll_s))
         where = shlex.quote(str(traces))
+        taking = "" if key is not None else ", taking no operator commands"
         print(
-            f"tripwire serve: recording to {where}; attach with: tripwire console --attach {where}",
+            f"tripwire serve: recording to {where}{taking}; attach with: tripwire console --attach {where}",
             flush=True,
         )
         try:
@@ -561,6 +365,10 @@ def _dispatch(command: str, args: argparse.Namespace, console: Console) -> int:
         )  # fmt: skip
     if args.action == "show":
         return t.show_command(args.traces, args.turn_id, console, as_json=args.json)
+    if args.action == "audit":
+        return t.audit_command(
+            args.traces, console, since=args.since, until=args.until, limit=args.limit, as_json=args.json
+        )
     if args.action == "export":
         return t.export_command(
             args.traces, args.turn_id, args.output, since=args.since, until=args.until, force=args.force

@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.files import make_private_directories, write_private_file
 from engine.locations import PROJECT_TRACES, bundled_manifests
 
 STARTER = "starter"
@@ -51,11 +52,9 @@ def init_project(directory: Path) -> list[Path]:
     written = []
     for file in files:
         path = directory / file.target
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "xb") as out:  # exclusive: a file that appeared meanwhile is not replaced
-            out.write(file.content)
+        make_private_directories(path.parent)  # 0700, like every file here 0600: the owner's
+        write_private_file(path, file.content)  # exclusive: a file that appeared meanwhile stays
         written.append(path)
-    (directory / PROJECT_TRACES).chmod(0o700)  # traces hold tool inputs and results
     return written
 
 

@@ -1,4 +1,5 @@
-"""``tripwire traces list|show|export|prune`` and ``tripwire replay``: the stored turns."""
+"""``tripwire traces list|show|export|prune|audit`` and ``tripwire replay``: the stored turns, and
+the operator commands sent to the engines recording them."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from rich.text import Text
 
 from console.tables import Column, aligned_rows, cli_table
 from engine.errors import iso_timestamp
-from engine.store import ExportRefused, StoredTurn, TraceStore, TraceStoreError, TurnRow
+from engine.store import CommandRow, ExportRefused, StoredTurn, TraceStore, TraceStoreError, TurnRow
 
 REFRESH_BUSY_MS = 200
 """How long a listing waits for a writer's lock before showing the store as it is."""
@@ -181,7 +182,7 @@ def _timeline(stored: StoredTurn) -> Table:
             f"{event.t - start:.3f}",
             event.event_type,
             getattr(event, "call_id", None) or "",
-            event.describe(),
+            Text(event.describe()),  # text, never markup: errors and reasons come from outside
         )
     return table
 
@@ -226,6 +227,94 @@ def prune_command(
     else:
         console.print(f"pruned {removed} turn(s) from {traces}; {left} left")
     return 0
+
+
+COMMAND_STYLE = {"applied": "green", "failed": "red", "refused": "bold red", "pending": "cyan"}
+
+
+def audit_command(
+    traces: Path, console: Console, *, since: str | None, until: str | None, limit: int, as_json: bool
+) -> int:
+    """The operator commands, newest first: who sent what, when, why, and what became of it."""
+    with _open(traces) as store:
+        rows = store.command_history(since=parse_when(since), until=parse_when(until), limit=limit)
+    if as_json:
+        print(json.dumps({"commands": [_command_dict(row) for row in rows]}))
+        return 0
+    if not rows:
+        console.print(Text(f"no operator commands in {traces}", style="dim"), soft_wrap=True)
+        return 0
+    console.print(Text(f"operator commands in {traces}", style="bold"), soft_wrap=True)
+    columns = (Column("answered"), Column("who"), Column("pid", "right", "pid {}"), Column("action"),
+               Column("tool"), Column("outcome"))  # fmt: skip
+    cells = [
+        (
+            _time(row.applied_at if row.applied_at is not None else row.created_at),
+            _who(row),
+            _printable(row.pid if row.pid is not None else "—"),
+            _printable(row.action),
+            _printable(row.tool_id),
+            Text(_printable(row.status), style=COMMAND_STYLE.get(row.status, "")),
+        )
+        for row in rows
+    ]
+    notes = [_command_note(row) for row in rows]
+    for line in aligned_rows(console, columns, cells, notes, note_header="why, and what became of it"):
+        console.print(line, soft_wrap=True)  # a command's line is never wrapped: names stay whole
+    return 0
+
+
+def _command_dict(row: CommandRow) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "sent_at": _iso(row.created_at),
+        "answered_at": _iso(row.applied_at),
+        "expires_at": _iso(row.expires_at),
+        "actor": row.actor,
+        "host": row.host,
+        "pid": row.pid,
+        "action": row.action,
+        "tool_id": row.tool_id,
+        "reason": row.reason,
+        "status": row.status,
+        "result": row.result,
+    }
+
+
+def _command_note(row: CommandRow) -> str:
+    parts = [f"reason: {row.reason}"] if row.reason else []
+    result = row.result or ""
+    if row.status == "applied":
+        parts.append(f"left it {result}")
+    elif row.status == "pending":
+        parts.append("not answered yet")
+    else:
+        parts.append(f"{row.status}: {result}")
+    return _printable(" · ".join(parts))
+
+
+def _who(row: CommandRow) -> str:
+    actor = _printable(row.actor) if str(row.actor).strip() else "(no actor)"
+    return f"{actor}@{_printable(row.host) if row.host else '?'}"
+
+
+def _printable(value: object) -> str:
+    """What another process wrote into the table, shown on one line with its control characters escaped."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(value))
+
+
+def _iso(at: object) -> str | None:
+    if at is None:
+        return None
+    try:
+        return iso_timestamp(float(at))  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError, OSError):  # a time another process wrote oddly
+        return _printable(at)
+
+
+def _time(at: object) -> str:
+    iso = _iso(at)
+    return "—" if iso is None else iso[:19].replace("T", " ")
 
 
 def replay_command(

@@ -42,6 +42,7 @@ from engine.manifest import (
 )
 from engine.metrics import Counts, ToolStats
 from engine.outcomes import CallOutcome, CallStatus, TurnResult
+from engine.redaction import RedactionPolicy
 from engine.retry import RetryPlan, RetryPolicy, plan_retry
 from engine.trace import TurnTrace
 from engine.turn import ToolCall, Turn, TurnError
@@ -80,6 +81,7 @@ __all__ = [
     "LLMToolCall",
     "ManifestError",
     "ManifestRegistry",
+    "RedactionPolicy",
     "RetryPlan",
     "RetryPolicy",
     "Rule",

@@ -1,19 +1,25 @@
 """Operator commands: trip, reset and disable for an engine running in another process.
 
 A console attached to an engine's trace store (``tripwire console --attach``) cannot reach the
-engine's loop; it queues a command in the store's ``commands`` table instead.
-:func:`serve_operator_commands` runs in the engine's event loop, polls the table, applies each
-command with ``engine.trip``/``reset``/``disable`` — so the transition is recorded like any other,
-actor and reason included — and acknowledges it with the breaker state it left. The SQLite work
-runs in a worker thread: the loop never waits for the disk.
+engine's loop; it queues a signed command in the store's ``commands`` table instead.
+:func:`serve_operator_commands` runs in the engine's event loop, polls the table, checks each
+command (:class:`CommandGuard`), applies it with ``engine.trip``/``reset``/``disable`` — so the
+transition is recorded like any other, with the operator and the reason — and acknowledges it
+with the breaker state it left. The SQLite work runs in a worker thread: the loop never waits
+for the disk.
 
-A command that expired before the engine saw it (its sender stopped waiting: the engine was
-down or busy) is refused, never applied late.
+Writing the store is not enough to command the engine. A command is refused — acknowledged as
+``refused`` with the reason, which ``tripwire traces audit`` lists — when its MAC under the
+store's command key (:mod:`engine.store.command_auth`) is missing or wrong, when its actor is
+blank or one the engine records its own transitions as, when it names no host or pid, when it
+has no expiry, one too far off, or one past by the engine's clock (its sender has stopped
+waiting: never applied late), and when its id was taken already.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, NoReturn
@@ -23,6 +29,7 @@ from anyio.abc import TaskStatus
 
 from engine.errors import one_line
 from engine.store import CommandRow, TraceStore, TraceStoreError
+from engine.store.command_auth import MAX_EXPIRY_S, verify
 
 if TYPE_CHECKING:
     from engine.engine import Engine
@@ -32,24 +39,86 @@ log = logging.getLogger("tripwire.commands")
 DEFAULT_POLL_S = 0.2
 BATCH = 50
 """Commands fetched per poll at most; more wait for the next poll."""
+RESERVED_ACTORS = frozenset({"engine"})
+"""The actors the engine records its own transitions as (a breaker's timers and counts): an
+operator command claiming one would pass for the engine's own decision."""
+ACTOR_MAX = 256
 
 
 @dataclass(frozen=True, slots=True)
 class Acknowledgement:
     command_id: int
-    status: Literal["applied", "failed"]
+    status: Literal["applied", "failed", "refused"]
     result: str
-    """Applied: the breaker state the command left; failed: why, on one line."""
+    """Applied: the breaker state the command left; failed or refused: why, on one line."""
     at: float
 
 
-def apply_command(engine: Engine, command: CommandRow) -> Acknowledgement:
-    """Carry out one command on the engine's loop (it never awaits); never raises."""
+def operator_name(command: CommandRow) -> str:
+    """How a command's transition names the operator: ``operator:<user>@<host>``."""
+    return f"operator:{command.actor}@{command.host}"
+
+
+class CommandGuard:
+    """What the engine checks before it takes a command, and the ids it has taken.
+
+    An id is remembered until an hour after its command expired (by then the command is refused
+    as expired anyway, and a wall clock set back a little does not let it through again).
+    """
+
+    def __init__(self, key: bytes, *, max_expiry_s: float = MAX_EXPIRY_S) -> None:
+        self.key = key
+        self.max_expiry_s = max_expiry_s
+        self._taken: dict[int, float] = {}
+        """Command id → its expiry."""
+
+    def refusal(self, command: CommandRow, now: float) -> str | None:
+        """Why ``command`` must not be applied at ``now`` (the engine's wall clock), or None."""
+        if not command.mac:
+            return "unsigned: it carries no MAC (only a holder of the store's command key may command)"
+        if not verify(self.key, command):
+            return "forged or altered: its MAC does not match its content under the store's command key"
+        # Signed with our key: the fields are the types the sender wrote.
+        if command.id in self._taken:
+            return f"replayed: command {command.id} was taken already"
+        actor = command.actor.strip()
+        if not actor:
+            return "no actor: a command must name the OS user who sent it"
+        if actor.lower() in RESERVED_ACTORS:
+            return f"reserved actor {actor!r}: only the engine's own transitions are recorded as {actor!r}"
+        if len(command.actor) > ACTOR_MAX or not command.actor.isprintable() or actor != command.actor:
+            return f"bad actor {one_line(command.actor[:40])!r}: not the name of an OS user"
+        if not command.host or command.pid is None or command.pid <= 0:
+            return "no origin: a command must name the host and pid it was sent from"
+        expires_at = command.expires_at
+        if expires_at is None or not math.isfinite(expires_at):
+            return "no expiry: a command must say until when it may be applied"
+        lifetime = expires_at - command.created_at
+        if lifetime > self.max_expiry_s or expires_at - now > self.max_expiry_s:
+            return f"expiry too far off: a command may wait at most {self.max_expiry_s:g}s"
+        if now > expires_at:
+            waited = f"not applied within {lifetime:g}s of being sent"
+            return f"expired: {waited} (the engine was not serving commands)"
+        return None
+
+    def take(self, command: CommandRow, now: float) -> None:
+        """Remember ``command``'s id: it is never applied again."""
+        forget_before = now - self.max_expiry_s
+        for command_id in [i for i, expiry in self._taken.items() if expiry < forget_before]:
+            del self._taken[command_id]
+        self._taken[command.id] = command.expires_at if command.expires_at is not None else now
+
+
+def apply_command(engine: Engine, command: CommandRow, guard: CommandGuard) -> Acknowledgement:
+    """Check one command and carry it out on the engine's loop (it never awaits); never raises."""
     now = engine.wall_clock()
-    if command.expires_at is not None and now > command.expires_at:
-        ttl = command.expires_at - command.created_at
-        reason = f"expired: not applied within {ttl:g}s of being sent (the engine was not serving commands)"
-        return Acknowledgement(command.id, "failed", reason, now)
+    try:
+        refusal = guard.refusal(command, now)
+    except Exception as exc:  # a row of odd types, even signed, must not take the engine down
+        refusal = one_line(f"unreadable: {type(exc).__name__}: {exc}")
+    if refusal is not None:
+        return Acknowledgement(command.id, "refused", refusal, now)
+    guard.take(command, now)  # before acting: whatever happens next, it happens once
     actions: dict[str, Callable[..., None]] = {
         "trip": engine.trip,
         "reset": engine.reset,
@@ -59,7 +128,7 @@ def apply_command(engine: Engine, command: CommandRow) -> Acknowledgement:
     if action is None:
         return Acknowledgement(command.id, "failed", f"unknown action {command.action!r}", now)
     try:
-        action(command.tool_id, actor=command.actor, reason=command.reason)
+        action(command.tool_id, actor=operator_name(command), reason=command.reason)
         state = engine.state(command.tool_id)
     except LookupError as exc:  # an unknown tool: the message lists the registered ones
         return Acknowledgement(command.id, "failed", one_line(str(exc.args[0] if exc.args else exc)), now)
@@ -69,9 +138,13 @@ def apply_command(engine: Engine, command: CommandRow) -> Acknowledgement:
 
 
 async def apply_pending_commands(
-    engine: Engine, store: TraceStore, *, unacknowledged: dict[int, Acknowledgement] | None = None
+    engine: Engine,
+    store: TraceStore,
+    guard: CommandGuard,
+    *,
+    unacknowledged: dict[int, Acknowledgement] | None = None,
 ) -> list[Acknowledgement]:
-    """One poll: apply every pending command in order and acknowledge each in the store.
+    """One poll: check and apply every pending command in order and acknowledge each in the store.
 
     ``unacknowledged`` carries acknowledgements a failed write left over between polls: those
     commands are acknowledged again, never applied twice. Raises :class:`TraceStoreError` when
@@ -83,14 +156,8 @@ async def apply_pending_commands(
     for command in pending:
         ack = waiting.get(command.id)
         if ack is None:
-            ack = waiting[command.id] = apply_command(engine, command)
-            if ack.status == "applied":
-                log.info(
-                    "operator command %d: %s %s by %s → %s",
-                    command.id, command.action, command.tool_id, command.actor, ack.result,
-                )  # fmt: skip
-            else:
-                log.warning("operator command %d refused: %s", command.id, ack.result)
+            ack = waiting[command.id] = apply_command(engine, command, guard)
+            _log(command, ack)
         await anyio.to_thread.run_sync(_acknowledge, store, ack)
         del waiting[command.id]
         done.append(ack)
@@ -98,6 +165,23 @@ async def apply_pending_commands(
     for command_id in [i for i in waiting if i not in pending_ids]:
         del waiting[command_id]  # acknowledged meanwhile (our last write did land after all)
     return done
+
+
+def _log(command: CommandRow, ack: Acknowledgement) -> None:
+    sender = f"{one_line(str(command.actor))!r} on {one_line(str(command.host))} pid {command.pid}"
+    if ack.status == "applied":
+        log.info(
+            "operator command %d: %s %s by %s → %s",
+            command.id,
+            command.action,
+            command.tool_id,
+            sender,
+            ack.result,
+        )
+    elif ack.status == "refused":
+        log.warning("operator command %d from %s refused: %s", command.id, sender, ack.result)
+    else:
+        log.warning("operator command %d from %s failed: %s", command.id, sender, ack.result)
 
 
 def _acknowledge(store: TraceStore, ack: Acknowledgement) -> None:
@@ -109,24 +193,35 @@ async def serve_operator_commands(
     engine: Engine,
     store: TraceStore,
     *,
+    key: bytes | None = None,
     poll_s: float = DEFAULT_POLL_S,
     task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> NoReturn:
     """Apply the operator commands queued in ``store`` to ``engine`` until cancelled.
 
     Run it in the engine's task group: ``task_group.start_soon(serve_operator_commands, engine,
-    store)`` (or ``await task_group.start(...)``: it returns once the first poll is done). A
-    store that fails is logged once, on one line, and tried again every poll; the engine never
-    sees the error.
+    store)`` (or ``await task_group.start(...)``: it returns once the first poll is done).
+    Commands must be signed with ``key``, by default the store's command key, made beside the
+    store if there is none; a key that cannot be used raises
+    :class:`~engine.store.command_auth.CommandKeyError` before the first poll. A store that
+    fails later is logged once, on one line, and tried again every poll; the engine never sees
+    the error.
     """
     if not poll_s > 0:
         raise ValueError(f"poll_s must be positive, got {poll_s}")
+    if key is None:
+        key = await anyio.to_thread.run_sync(store.command_key)
+    try:
+        await anyio.to_thread.run_sync(store.set_taking_commands, True)
+    except TraceStoreError as exc:  # only what attached consoles are told: the commands still work
+        log.warning("operator commands: cannot say so in the store: %s", exc)
+    guard = CommandGuard(key)
     unacknowledged: dict[int, Acknowledgement] = {}
     failing: str | None = None
     started = False
     while True:
         try:
-            await apply_pending_commands(engine, store, unacknowledged=unacknowledged)
+            await apply_pending_commands(engine, store, guard, unacknowledged=unacknowledged)
         except TraceStoreError as exc:
             if str(exc) != failing:
                 log.warning("operator commands: %s; trying again every %gs", exc, poll_s)
@@ -141,4 +236,12 @@ async def serve_operator_commands(
         await anyio.sleep(poll_s)
 
 
-__all__ = ["Acknowledgement", "apply_command", "apply_pending_commands", "serve_operator_commands"]
+__all__ = [
+    "RESERVED_ACTORS",
+    "Acknowledgement",
+    "CommandGuard",
+    "apply_command",
+    "apply_pending_commands",
+    "operator_name",
+    "serve_operator_commands",
+]

@@ -59,6 +59,7 @@ from engine.handler import (
 from engine.kinds import ErrorClass, ErrorKind
 from engine.manifest import MAX_MANIFEST_BYTES, TOOL_ID_PATTERN, ManifestFile, ManifestRegistry, ToolManifest
 from engine.metrics import MetricsRegistry, ToolMetrics, ToolStats
+from engine.redaction import RedactionPolicy
 from engine.retry import RetryPlan, plan_retry
 from engine.streams import ToolStream, collect, open_stream
 from engine.timeouts import TimeoutSupervisor
@@ -176,6 +177,10 @@ class _CallRun:
     start: float
     handler: ErrorHandler | None
     """The call's own handler, normalized (see :func:`as_handler`); None defers to the engine's."""
+    secrets: tuple[str, ...] | None = None
+    """The values of the call's secret arguments, looked for in its error texts; found when first needed."""
+    scrubbed: tuple[str, str] = ("", "")
+    """The last text scrubbed and what it became: the last attempt's error and the call's are one."""
 
 
 _Cause = tuple[list[Event] | None, str | None, str | None]
@@ -199,7 +204,9 @@ class Engine:
     reload); calls also work outside it, with breakers half-opening lazily on the next call.
     ``handler`` replaces the default error handler; ``faults`` injects a fault plan.
     ``watch_settle_ms``: how long a changed manifest must stay the same before it applies;
-    ``manifest_max_bytes``: manifest files larger than this are refused unread.
+    ``manifest_max_bytes``: manifest files larger than this are refused unread. ``redaction``
+    decides what events may not hold (see :mod:`engine.redaction`; a fresh default policy unless
+    given, extended by each tool manifest's ``secret_fields``); ``RedactionPolicy.off()`` is logged.
     """
 
     def __init__(
@@ -215,8 +222,15 @@ class Engine:
         watch_debounce_ms: int = 100,
         watch_settle_ms: float = DEFAULT_SETTLE_MS,
         manifest_max_bytes: int = MAX_MANIFEST_BYTES,
+        redaction: RedactionPolicy | None = None,
     ) -> None:
         self.wall_clock = wall_clock
+        self.redaction = redaction if redaction is not None else RedactionPolicy()
+        """Applied where events are made: every consumer of an event sees the same redacted value."""
+        if not self.redaction.enabled:
+            log.warning(
+                "redaction is off: secrets in arguments, errors and results are recorded in plain text"
+            )
         self.rng = rng if rng is not None else random.Random()
         if isinstance(manifests, ManifestRegistry):
             self.manifests = manifests
@@ -337,6 +351,32 @@ class Engine:
     @property
     def bus(self) -> EventBus:
         return self._bus
+
+    def redaction_for(self, tool_id: str) -> RedactionPolicy:
+        """The engine's redaction policy extended by the tool manifest's ``secret_fields``."""
+        tool = self._tools.get(tool_id)
+        if tool is None or not tool.manifest.secret_fields:
+            return self.redaction
+        return self.redaction.with_fields(tool.manifest.secret_fields)
+
+    def _scrub(self, run: _CallRun, text: str) -> str:
+        """A call's free text (an error, a handler's reason) as its events may hold it."""
+        policy = self.redaction
+        if not policy.enabled:
+            return text
+        if run.manifest.secret_fields:
+            policy = policy.with_fields(run.manifest.secret_fields)
+        if run.scrubbed[0] == text:
+            return run.scrubbed[1]
+        if run.secrets is None:
+            run.secrets = policy.secrets_in(run.args) if run.args else ()
+        clean = policy.text(text, run.secrets)
+        run.scrubbed = (text, clean)
+        return clean
+
+    def _scrub_reason(self, run: _CallRun, reason: str) -> str:
+        """A decision's reason: the engine's own words are safe; a custom handler's are scrubbed."""
+        return reason if run.handler is None and self.handler is None else self._scrub(run, reason)
 
     def publish(self, event: Event, trace: list[Event] | None = None) -> None:
         """Deliver ``event`` to subscribers and, when given, to a turn's trace."""
@@ -546,7 +586,7 @@ class Engine:
                         succeeded, at=self.wall_clock(), t=now, tool_id=tool_id, call_id=call_id,
                         turn_id=turn_id, attempts=attempt, latency_ms=(now - start) * 1000.0,
                         attempt_ms=(now - attempt_start) * 1000.0,
-                        value=jsonable(value) if self.record else None,
+                        value=self._recorded(manifest, args, value) if self.record else None,
                     )  # fmt: skip
                     if trace is not None:
                         trace.append(succeeded)
@@ -584,12 +624,12 @@ class Engine:
                 failed = allocate(AttemptFailed)
                 AttemptFailed.__init__(
                     failed, at=self.wall_clock(), t=now, tool_id=tool_id, call_id=call_id, turn_id=turn_id,
-                    attempt=attempt, error=_message(error), error_type=type(error).__name__,
+                    attempt=attempt, error=self._scrub(run, _message(error)), error_type=type(error).__name__,
                     kind=classification.kind, classification=classification.error_class,
                     rule=classification.rule, reason=classification.reason,
                     status_code=classification.status_code,
                     circuit_breaker_state=breaker.state, retry_count=attempt - 1,
-                    decision=decided.decision, decision_reason=decided.reason,
+                    decision=decided.decision, decision_reason=self._scrub_reason(run, decided.reason),
                     delay_ms=decided.delay_s * 1000.0 if decided.decision is Decision.RETRY else None,
                     latency_ms=(now - attempt_start) * 1000.0, fault_type=fault_type,
                     retryable=classification.retryable, retry_after_s=classification.retry_after_s,
@@ -626,6 +666,16 @@ class Engine:
         if tool.is_async:
             return await tool.fn(**args)
         return await anyio.to_thread.run_sync(partial(tool.fn, **args), abandon_on_cancel=True)
+
+    def _recorded(self, manifest: ToolManifest, args: dict[str, Any], value: Any) -> Any:
+        """A result as ``CallSucceeded.value`` records it: JSON-safe and redacted (arguments' secret
+        values included, wherever they show)."""
+        policy = self.redaction
+        if not policy.enabled:
+            return jsonable(value)
+        if manifest.secret_fields:
+            policy = policy.with_fields(manifest.secret_fields)
+        return policy.value(jsonable(value), policy.secrets_in(args))
 
     def stream(self, tool_id: str, /, **args: Any) -> ToolStream:
         """Consume a streaming tool chunk by chunk: ``async with engine.stream(...) as chunks``."""
@@ -700,23 +750,24 @@ class Engine:
             alternatives=alternatives,
             partial_result=partial_result,
         )
-        return self._ask_handler(failure, custom, ctx, now)
+        return self._ask_handler(failure, custom, run, now)
 
     def _ask_handler(
-        self, failure: FailureContext, custom: ErrorHandler, ctx: CallContext | None, now: float
+        self, failure: FailureContext, custom: ErrorHandler, run: _CallRun, now: float
     ) -> HandlerDecision:
         """The custom handler's decision within the engine's hard limits, else the default's."""
         try:
             decided = custom.decide(failure)
         except Exception as exc:
-            log.warning("error handler %r failed: %s", custom, exc)
+            problem = self._scrub(run, f"{type(exc).__name__}: {exc}")
+            log.warning("error handler %r failed: %s", custom, problem)
             default = _DEFAULT_HANDLER.decide(failure)
             self.publish(
                 HandlerFailed(
                     at=self.wall_clock(), t=now, tool_id=failure.tool_id, call_id=failure.call_id,
-                    turn_id=failure.turn_id, error=f"{type(exc).__name__}: {exc}", fallback=default.decision,
+                    turn_id=failure.turn_id, error=problem, fallback=default.decision,
                 ),
-                ctx.trace if ctx is not None else None,
+                run.trace,
             )  # fmt: skip
             return default
         if decided is None:
@@ -802,7 +853,8 @@ class Engine:
                 CallFailed(
                     at=final.at or 0.0, t=now, tool_id=tool.name, call_id=call_id, turn_id=turn_id,
                     attempts=attempts, kind=classification.kind, classification=classification.error_class,
-                    error=final.message, reason=decided.reason, latency_ms=(now - start) * 1000.0,
+                    error=self._scrub(run, final.message), reason=self._scrub_reason(run, decided.reason),
+                    latency_ms=(now - start) * 1000.0,
                     decision=decided.decision,
                 ),
                 trace,
@@ -818,7 +870,7 @@ class Engine:
         self.publish(
             AlternativeUsed(
                 at=self.wall_clock(), t=now, tool_id=tool_id, call_id=call_id, turn_id=run.turn_id,
-                alternative=alternative, reason=decided.reason,
+                alternative=alternative, reason=self._scrub_reason(run, decided.reason),
             ),
             run.trace,
         )  # fmt: skip
@@ -886,7 +938,8 @@ class Engine:
         self.publish(
             CallFailed(
                 at=error.at or 0.0, t=now, tool_id=tool_id, call_id=call_id, turn_id=turn_id, attempts=0,
-                kind=ErrorKind.UNKNOWN_TOOL, classification=ErrorClass.PERMANENT, error=error.message,
+                kind=ErrorKind.UNKNOWN_TOOL, classification=ErrorClass.PERMANENT,
+                error=self.redaction.text(error.message),
                 reason="the tool does not exist", latency_ms=0.0, decision=Decision.ESCALATE,
             ),
             trace,

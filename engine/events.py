@@ -3,7 +3,9 @@
 Every event carries ``at`` (wall-clock seconds from the engine's injectable clock) and ``t``
 (engine time from anyio). ``event_type`` is the class name, except for the two names the
 spec's turn trace fixes: a failed attempt is ``ToolError`` and a timeout ``ToolTimeout``.
-Fields are flat primitives and enums, so events serialise and compare cheaply.
+Fields are flat primitives and enums, so events serialise and compare cheaply. Free text and
+values (errors, arguments, recorded results) are redacted where an event is made
+(:mod:`engine.redaction`), so the store, exports, the console and logs all see the same value.
 
 Events are values: nobody mutates one after it is emitted. They are not ``frozen``
 dataclasses because that costs ~0.9 µs per event on the hot path (measured), where every
@@ -154,7 +156,8 @@ class CallSucceeded(ToolEvent):
     attempt_ms: float = 0.0
     """The successful attempt's own duration."""
     value: Any = None
-    """The result, JSON-safe, when the engine records (``Engine(record=True)``)."""
+    """The result, JSON-safe and redacted (see :mod:`engine.redaction`), when the engine records
+    (``Engine(record=True)``)."""
 
     def describe(self) -> str:
         if self.partial:
@@ -233,6 +236,8 @@ class ToolResultSent(ToolEvent):
     """The LLM executor answered a tool call: the exact text the model received."""
 
     content: str
+    """An error's text exactly as the model got it (redacted, capped); a result's text made from the
+    result redacted — the model itself gets the tool's own result."""
     is_error: bool
     status: str
     """A call status, or ``not_run`` when the executor refused the call."""
@@ -255,7 +260,8 @@ class TurnStarted(Event):
     calls: tuple[str, ...]
     deadline_ms: float | None
     spec: dict[str, Any] | None = None
-    """The turn as data: every call's tool, args, dependencies, optional flag and default."""
+    """The turn as data: every call's tool, args, dependencies, optional flag and default (args and
+    defaults redacted by the call's tool's policy)."""
     seed: str = ""
     """Seeds the calls' jitter: with it a replay retries exactly as the run did."""
     breakers: dict[str, dict[str, Any]] | None = None

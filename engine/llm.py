@@ -6,7 +6,9 @@ Whatever happens (malformed JSON, an unknown tool, arguments that do not bind, a
 id, an open circuit, a tool timeout, the turn's deadline, a stop), every call gets exactly
 one result. A failed call's text follows seed 003's format ("Tool Execution Failed / Tool /
 Error Type / Message") plus one line of guidance, is stable (no timestamps or ids),
-length-capped, and has configured secret fields redacted. Executed-tool counting follows
+length-capped, and redacted by the engine's policy (:mod:`engine.redaction`), extended by the
+executor's ``secret_fields`` and the tool's manifest — the same redacted text the trace keeps.
+Executed-tool counting follows
 seed 004: only kinds with ``executed=True`` count, and a batch fails only when it had calls
 and none executed.
 """
@@ -15,7 +17,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import time
 from collections import deque
 from collections.abc import Collection, Iterable, Mapping
@@ -27,12 +28,13 @@ import anyio
 
 from engine.breaker import BreakerState
 from engine.classify import classify
-from engine.errors import ToolError, TurnNotPersisted
+from engine.errors import ToolError, TurnNotPersisted, jsonable
 from engine.events import ToolResultSent
 from engine.faults import FaultInjector
 from engine.handler import CALLER_FAULT_KINDS
 from engine.kinds import ErrorKind
 from engine.outcomes import CallOutcome, CallStatus, TurnResult
+from engine.redaction import RedactionPolicy
 from engine.turn import ToolCall, Turn
 
 if TYPE_CHECKING:
@@ -40,14 +42,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tripwire.llm")
 
-REDACTED: Final = "[REDACTED]"
 TRUNCATED: Final = "… [truncated]"
 DEFAULT_MAX_ERROR_CHARS: Final = 2000
 MIN_ERROR_CHARS: Final = 512
 """The smallest cap that always fits the header, the guidance and an alternative."""
-DEFAULT_SECRET_FIELDS: Final = frozenset(
-    {"api_key", "apikey", "password", "secret", "token", "access_token", "authorization", "client_secret"}
-)
 TURN_DEADLINE_ERROR_TYPE: Final = "TurnDeadlineExceeded"
 CANCELED_ERROR_TYPE: Final = "Canceled"
 
@@ -240,118 +238,6 @@ def _as_kind(kind: ErrorKind | str | None) -> ErrorKind | None:
         return None
 
 
-# --- redaction ----------------------------------------------------------------------------
-
-_CREDENTIAL_SHAPES: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}"), rf"\1 {REDACTED}"),
-    (re.compile(r"(?<![A-Za-z0-9])sk-[A-Za-z0-9_-]{16,}"), REDACTED),
-    (re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})"), REDACTED),
-    (re.compile(r"\bAKIA[0-9A-Z]{16}\b"), REDACTED),
-    (re.compile(r"\beyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}"), REDACTED),
-)
-_KV_PATTERNS: dict[frozenset[str], re.Pattern[str]] = {}
-
-
-def _norm_key(key: object) -> str:
-    return str(key).strip().lower().replace("-", "_")
-
-
-def _kv_pattern(fields: frozenset[str]) -> re.Pattern[str] | None:
-    """``api_key=…`` / ``"password": "…"`` for the configured field names."""
-    if not fields:
-        return None
-    pattern = _KV_PATTERNS.get(fields)
-    if pattern is None:
-        names = "|".join(re.escape(f).replace("_", "[_-]?") for f in sorted(fields, key=len, reverse=True))
-        pattern = re.compile(
-            rf"(?i)(?<![A-Za-z0-9])({names})(\"?'?\s*[:=]\s*[\"']?)"
-            rf"(?!\[REDACTED\])(?!(?:bearer|basic)\s)([^\s\"'&,;)}}\]]+)"
-        )
-        _KV_PATTERNS[fields] = pattern
-    return pattern
-
-
-def _wanted(fields: Iterable[str]) -> frozenset[str]:
-    """Secret field names as keys are compared: normalized once per public call."""
-    return frozenset(_norm_key(f) for f in fields)
-
-
-def secret_values(value: Any, fields: Iterable[str] = DEFAULT_SECRET_FIELDS) -> tuple[str, ...]:
-    """The values of secret fields anywhere in ``value`` (nested dicts and lists), longest first."""
-    return _secret_values(value, _wanted(fields))
-
-
-def _secret_values(value: Any, wanted: frozenset[str]) -> tuple[str, ...]:
-    """:func:`secret_values` for normalized field names: distinct, non-empty, longest first."""
-    found: set[str] = set()
-
-    def leaves(v: Any) -> None:
-        if isinstance(v, Mapping):
-            for item in v.values():
-                leaves(item)
-        elif isinstance(v, list | tuple | set | frozenset):
-            for item in v:
-                leaves(item)
-        elif v is not None and not isinstance(v, bool):
-            text = str(v)
-            if text:
-                found.add(text)
-                escaped = json.dumps(text, ensure_ascii=False)[1:-1]
-                if escaped != text:
-                    found.add(escaped)
-
-    def walk(v: Any) -> None:
-        if isinstance(v, Mapping):
-            for key, item in v.items():
-                if _norm_key(key) in wanted:
-                    leaves(item)
-                else:
-                    walk(item)
-        elif isinstance(v, list | tuple):
-            for item in v:
-                walk(item)
-
-    walk(value)
-    return tuple(sorted(found, key=lambda s: (-len(s), s)))
-
-
-def redact(text: str, secrets: Iterable[str] = (), *, fields: Iterable[str] = DEFAULT_SECRET_FIELDS) -> str:
-    """Replace every secret value, ``field=value`` pair and common credential shape with ``[REDACTED]``."""
-    return _redact(text, sorted({s for s in secrets if s}, key=len, reverse=True), _wanted(fields))
-
-
-def _redact(text: str, secrets: Iterable[str], wanted: frozenset[str]) -> str:
-    """:func:`redact` for distinct, non-empty ``secrets`` already longest first and normalized names."""
-    for secret in secrets:
-        text = text.replace(secret, REDACTED)
-    for pattern, replacement in _CREDENTIAL_SHAPES:
-        text = pattern.sub(replacement, text)
-    kv = _kv_pattern(wanted)
-    if kv is not None:
-        text = kv.sub(rf"\1\2{REDACTED}", text)
-    return text
-
-
-def redact_arguments(value: Any, fields: Iterable[str] = DEFAULT_SECRET_FIELDS) -> Any:
-    """A copy of ``value`` with the values of secret fields replaced by ``[REDACTED]``."""
-    return _redact_arguments(value, _wanted(fields))
-
-
-def _redact_arguments(value: Any, wanted: frozenset[str]) -> Any:
-    """:func:`redact_arguments` for normalized field names."""
-
-    def walk(v: Any) -> Any:
-        if isinstance(v, Mapping):
-            return {k: REDACTED if _norm_key(k) in wanted else walk(item) for k, item in v.items()}
-        if isinstance(v, list | tuple):
-            return [walk(item) for item in v]
-        if isinstance(v, str):
-            return _redact(v, (), wanted)
-        return v
-
-    return walk(value)
-
-
 # --- errors -------------------------------------------------------------------------------
 
 
@@ -532,7 +418,7 @@ class ToolCallExecutor:
         engine: Engine,
         *,
         deadline_s: float | None = 120.0,
-        secret_fields: Iterable[str] = DEFAULT_SECRET_FIELDS,
+        secret_fields: Iterable[str] = (),
         max_error_chars: int = DEFAULT_MAX_ERROR_CHARS,
         registry: ToolErrorRegistry | None = None,
     ) -> None:
@@ -542,7 +428,8 @@ class ToolCallExecutor:
             raise ValueError(f"max_error_chars must be at least {MIN_ERROR_CHARS}, got {max_error_chars}")
         self.engine = engine
         self.deadline_s = deadline_s
-        self.secret_fields = _wanted(secret_fields)
+        self.redaction = engine.redaction.with_fields(sorted(secret_fields))
+        """The engine's policy, extended by ``secret_fields`` (and, per call, by its tool's manifest)."""
         self.max_error_chars = max_error_chars
         self.registry = registry if registry is not None else ToolErrorRegistry()
         self.calls_total = 0
@@ -613,27 +500,44 @@ class ToolCallExecutor:
                         ToolError(ErrorKind.INTERNAL_ERROR, message, tool_id=call.name, original_error=crash),
                     )
                 )  # fmt: skip
-        self._announce(items, turn_id, result)
+        self._announce(items, calls, turn_id, result)
         batch = ToolBatch(items, result)
         self.calls_total += len(items)
         self.executed_total += batch.executed
         return batch
 
-    def _announce(self, items: list[ToolResultItem], turn_id: str, result: TurnResult | None) -> None:
-        """What the model receives, as events: traces keep the exact text (redacted, capped)."""
+    def _announce(
+        self, items: list[ToolResultItem], calls: list[LLMToolCall], turn_id: str, result: TurnResult | None
+    ) -> None:
+        """What the model receives, as events: an error's exact text (already redacted and capped); a
+        result's text made from the result redacted — the model itself gets the tool's own result."""
         engine = self.engine
         trace = result.trace.events if result is not None else None
         at, t = engine.wall_clock(), anyio.current_time()
-        for item in items:
+        for item, call in zip(items, calls, strict=True):
             error_type = item.error.error_type if item.error is not None else None
+            content = item.content
+            outcome = result.outcomes.get(call.id) if result is not None and not item.is_error else None
+            if outcome is not None and self.redaction.enabled:
+                policy = self._policy(call.name)
+                result_value = jsonable(outcome.value)  # an object's repr is text to look into too
+                content = success_content(policy.value(result_value, policy.secrets_in(call.arguments)))
             engine.publish(
                 ToolResultSent(
                     at=at, t=t, tool_id=item.tool_name, call_id=item.call_id, turn_id=turn_id,
-                    content=item.content, is_error=item.is_error, status=item.status, error_type=error_type,
+                    content=content, is_error=item.is_error, status=item.status, error_type=error_type,
                     kind=item.kind,
                 ),
                 trace,
             )  # fmt: skip
+
+    def _policy(self, tool: str) -> RedactionPolicy:
+        """The executor's policy, extended by the tool manifest's ``secret_fields``."""
+        if tool in self.engine.tool_ids:
+            fields = self.engine.manifest(tool).secret_fields
+            if fields:
+                return self.redaction.with_fields(fields)
+        return self.redaction
 
     def _as_faulted(self, call: LLMToolCall, turn_id: str) -> LLMToolCall:
         """The call as a fault plan's ``tool_call_fault`` corrupts it, or as the model sent it."""
@@ -710,8 +614,8 @@ class ToolCallExecutor:
         executed: bool,
         original: BaseException | None,
     ) -> ToolResultItem:
-        fields = self.secret_fields  # normalized once, in __init__
-        clean = _redact(message, _secret_values(call.arguments, fields), fields)
+        policy = self._policy(call.name)
+        clean = policy.text(message, policy.secrets_in(call.arguments))
         alternative = self._alternative(call.name, kind, tried)
         content = format_tool_error_for_llm(
             call.name, error_type, clean, kind=kind, retryable=retryable, alternative=alternative,
@@ -722,7 +626,7 @@ class ToolCallExecutor:
         tool_input = call.arguments if call.arguments is not None else call.raw_arguments
         stamped = isinstance(original, ToolError) and original.at is not None
         error = ToolExecutionError(
-            call.name, original, _redact_arguments(tool_input, fields), clean, error_type=error_type,
+            call.name, original, policy.value(tool_input), clean, error_type=error_type,
             at=None if stamped else self.engine.wall_clock(),
         )  # fmt: skip
         self.registry.record_error(call.name, error)
@@ -749,9 +653,7 @@ class ToolCallExecutor:
 __all__ = [
     "CANCELED_ERROR_TYPE",
     "DEFAULT_MAX_ERROR_CHARS",
-    "DEFAULT_SECRET_FIELDS",
     "MIN_ERROR_CHARS",
-    "REDACTED",
     "TRUNCATED",
     "TURN_DEADLINE_ERROR_TYPE",
     "LLMToolCall",
@@ -764,8 +666,5 @@ __all__ = [
     "guidance_for",
     "parse_anthropic_tool_uses",
     "parse_openai_tool_calls",
-    "redact",
-    "redact_arguments",
-    "secret_values",
     "success_content",
 ]

@@ -9,6 +9,7 @@ tool:
   circuit_breaker: {failure_threshold: 5, timeout_ms: 30000}
   classification: [{status_code: 503, treat_as: permanent}]
   alternatives: [flight_search_backup]
+  secret_fields: [session_id]   # more argument/result fields whose values events never hold
 ```
 
 Files are read with safe YAML loading and validated by pydantic; every problem is reported
@@ -17,7 +18,8 @@ as ``file:line: field.path: message``. ``side_effect`` must be stated in each to
 idempotent tool. :class:`ManifestRegistry` applies reloads atomically and keeps the last good
 version of a tool when its new file is invalid (``ManifestRejected``) or cannot be read at all
 (``ManifestRefused``: not a regular file, too large, a broken symlink); only a file that is
-really gone removes its tool (``ManifestRemoved``).
+really gone removes its tool (``ManifestRemoved``). ``secret_fields`` extend the engine's redaction
+(:mod:`engine.redaction`) for the tool; a tool file's list adds to the one in ``defaults.yaml``.
 """
 
 from __future__ import annotations
@@ -66,6 +68,9 @@ class SideEffect(StrEnum):
     SIDE_EFFECTING = "side_effecting"
 
 
+SecretField = Annotated[str, Field(min_length=1, max_length=200, pattern=r"\S")]
+
+
 class ToolPolicy(BaseModel):
     """Everything a manifest can set besides identity; ``defaults.yaml`` holds one of these."""
 
@@ -80,6 +85,8 @@ class ToolPolicy(BaseModel):
     """Defaults to idempotent for manifests built in code; a manifest file must state it."""
     retry_ambiguous: bool = False
     """Allow retrying a side-effecting call after an ambiguous failure (timeout, reset)."""
+    secret_fields: tuple[SecretField, ...] = ()
+    """More field names whose values events never hold (see :mod:`engine.redaction`)."""
 
 
 class ToolManifest(ToolPolicy):
@@ -133,6 +140,11 @@ def _check_tool(parsed: ParsedYaml, defaults: Mapping[str, Any], shown: str) -> 
             ConfigIssue(shown, parsed.lines.get(("tool",)), "tool.side_effect", SIDE_EFFECT_REQUIRED)
         )
     merged = {**parsed.raw, "tool": _deep_merge(defaults, body) if isinstance(body, Mapping) else body}
+    if isinstance(body, Mapping) and isinstance(body.get("secret_fields"), list):
+        shared = defaults.get("secret_fields")  # added to, not replaced: a secret must not come back
+        if isinstance(shared, list | tuple):
+            # The file's own names first: a problem in one is reported at its own line.
+            merged["tool"]["secret_fields"] = [*body["secret_fields"], *shared]
     try:
         manifest = _ToolFile.model_validate(merged).tool
     except ValidationError as exc:
@@ -555,4 +567,6 @@ class ManifestRegistry:
 
 def _digest_of(manifest: ToolManifest) -> str:
     """Digest of the effective policy (file content plus defaults)."""
-    return hashlib.sha256(manifest.model_dump_json().encode()).hexdigest()[:12]
+    # Without secret_fields when there are none: a manifest's digest did not change when it came.
+    unset = {"secret_fields"} if not manifest.secret_fields else None
+    return hashlib.sha256(manifest.model_dump_json(exclude=unset).encode()).hexdigest()[:12]

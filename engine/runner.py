@@ -34,6 +34,7 @@ from engine.events import (
 )
 from engine.handler import MISSING, ErrorHandler
 from engine.outcomes import CallOutcome, CallStatus, TurnResult, summarize
+from engine.redaction import RedactionPolicy
 from engine.trace import TurnTrace
 from engine.turn import ToolCall, Turn, validate
 
@@ -119,7 +120,7 @@ class TurnRunner:
         TurnStarted.__init__(
             started, at=engine.wall_clock(), t=start, turn_id=turn_id, calls=turn.ids,
             deadline_ms=turn.deadline_s * 1000.0 if turn.deadline_s is not None else None,
-            spec=turn.spec, seed=self.seed, breakers=breakers, manifests=manifests,
+            spec=traced_spec(engine, turn.spec), seed=self.seed, breakers=breakers, manifests=manifests,
         )  # fmt: skip
         self._publish(started)
         ready = [_Ready(c, dict(c.args)) for c in turn.roots]
@@ -398,6 +399,53 @@ class TurnRunner:
             status = CallStatus.TIMED_OUT
             reason = f"never started: the turn's {self.turn.deadline_s:g}s deadline came first"
         self.outcomes[call.id] = CallOutcome(call.id, call.tool, status, reason=reason, launched=launched)
+
+
+_TRACED: dict[int, tuple[dict[str, Any], tuple[RedactionPolicy, ...], dict[str, Any]]] = {}
+"""Specs redacted lately, by id: a turn run again (its spec is built once) is redacted once. A few
+only: keeping many new turns' specs alive costs more (measured) than redacting a spec again."""
+_TRACED_MAX = 8
+_TRACED_MAX_CALLS = 1000
+
+
+def traced_spec(engine: Engine, spec: dict[str, Any]) -> dict[str, Any]:
+    """A turn's spec as its ``TurnStarted`` holds it: each call's arguments and default redacted by
+    its tool's policy (:meth:`Engine.redaction_for`). The same dict when nothing needed redacting."""
+    if not engine.redaction.enabled:
+        return spec
+    known = _TRACED.get(id(spec))
+    if known is not None and known[0] is spec and not known[1]:  # run before, and nothing to look at
+        return spec
+    # Most calls have nothing to look at; the others, under the policy in force for their tool.
+    work = [
+        (i, c, engine.redaction_for(c["tool"]))
+        for i, c in enumerate(spec["calls"])
+        if c["args"] or "default" in c
+    ]
+    policies = tuple(policy for _, _, policy in work)
+    if known is not None and known[0] is spec and known[1] == policies:
+        return known[2]
+    calls: list[dict[str, Any]] | None = None
+    for i, call, policy in work:
+        args = call["args"]
+        traced = call
+        redacted = policy.value(args)
+        if redacted is not args:
+            traced = {**call, "args": redacted}
+        if "default" in call:
+            default = policy.value(call["default"], policy.secrets_in(args))
+            if default is not call["default"]:
+                traced = {**traced, "default": default}
+        if traced is not call:
+            if calls is None:
+                calls = list(spec["calls"])
+            calls[i] = traced
+    result = spec if calls is None else {**spec, "calls": calls}
+    if len(spec["calls"]) <= _TRACED_MAX_CALLS:  # a huge turn is not kept alive for a rerun
+        if len(_TRACED) >= _TRACED_MAX:
+            _TRACED.clear()
+        _TRACED[id(spec)] = (spec, policies, result)  # the spec is held: its id is not reused meanwhile
+    return result
 
 
 def _outcome_of(call: ToolCall, result: CallResult, used_default: bool) -> CallOutcome:

@@ -143,7 +143,9 @@ class ToolStream:
         engine.metrics.tool(self._served_by).on_attempt_failed(
             now, 0.0, transient=classification.transient, timed_out=isinstance(error, TimeoutError)
         )
-        self._end("truncated", error=f"{type(error).__name__}: {error}", kind=classification.kind)
+        policy = engine.redaction_for(self._served_by)
+        problem = policy.text(f"{type(error).__name__}: {error}", policy.secrets_in(self._args))
+        self._end("truncated", error=problem, kind=classification.kind)
         return ToolError(
             classification.kind,
             f"stream cut after {self.chunks} chunk(s): {error}",

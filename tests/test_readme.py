@@ -17,6 +17,7 @@ from engine import Engine
 from engine.demo import DEMO_TOOLS
 from engine.events import BreakerTripped, vocabulary_markdown
 from engine.store import TraceStore
+from engine.store.command_auth import command_origin
 
 ROOT = Path(__file__).parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -105,8 +106,9 @@ def test_the_operator_commands_example_runs(
     assert capsys.readouterr().out.splitlines() == ["FORCED_OPEN applied"]
     with TraceStore(tmp_path / "traces" / "traces.db", readonly=True) as store:
         (tripped,) = [e for e in store.events() if isinstance(e, BreakerTripped)]
+        me = command_origin()  # the OS user, host and pid of the process that sent it
         assert (tripped.tool_id, tripped.actor, tripped.reason) == (
-            "hotel_search", "operator:ana", "vendor maintenance",
+            "hotel_search", f"operator:{me.user}@{me.host}", "vendor maintenance",
         )  # fmt: skip
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
@@ -159,10 +160,11 @@ class ToolScreen(ConsoleScreen):
             where = render.call_where(e.turn_id, e.call_id)
             status = f" {e.status_code}" if e.status_code else ""
             kind = f"{e.kind}{status} ({e.error_class})"
-            table.add_row(render.clock(e.at), where, str(e.attempt), kind, e.decision, e.reason)
+            table.add_row(render.clock(e.at), where, str(e.attempt), kind, e.decision, Text(e.reason))
 
     def _history(self, view: ToolView) -> None:
         table = self.query_one("#history", DataTable)
         table.clear()
         for tr in reversed(view.history):
-            table.add_row(render.clock(tr.at), str(tr.from_state), str(tr.to_state), tr.actor, tr.reason)
+            row = (render.clock(tr.at), str(tr.from_state), str(tr.to_state), Text(tr.actor), Text(tr.reason))
+            table.add_row(*row)

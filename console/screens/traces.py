@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -165,10 +166,10 @@ class TraceBrowserScreen(ConsoleScreen):
         table.clear()
         for row in page.rows:
             table.add_row(
-                _clock(row.started_at), row.turn_id,
+                _clock(row.started_at), Text(row.turn_id),
                 rich_text([(row.outcome.replace("_", " "), OUTCOME_STYLE.get(row.outcome, ""))], variables),
                 str(row.calls), f"{row.duration_ms:,.0f}" if row.duration_ms is not None else "—",
-                row.summary or "", key=row.turn_id,
+                Text(row.summary or ""), key=row.turn_id,
             )  # fmt: skip
         self._rows, self._next = page.rows, page.next_cursor
         if keep is not None and any(r.turn_id == keep for r in page.rows):
@@ -329,7 +330,7 @@ class TraceScreen(ConsoleScreen):
         for event in stored.events:
             timeline.add_row(
                 f"{(event.t - start) * 1000:,.0f}", event.event_type, getattr(event, "call_id", "") or "",
-                event.describe(),
+                Text(event.describe()),  # text, never markup: errors and reasons come from outside
             )  # fmt: skip
         if graph is not None:
             self.query_one(TurnGraph).show(graph)

@@ -22,6 +22,7 @@ Opening never modifies a file it refuses (:mod:`engine.store.opening`).
 
 from engine.errors import TraceStoreError, TurnNotPersisted
 from engine.store.codec import decode_event
+from engine.store.command_auth import CommandKeyError
 from engine.store.export import ExportRefused
 from engine.store.failures import StoreWriteError
 from engine.store.recorder import RecorderStats, TraceRecorder
@@ -56,6 +57,7 @@ __all__ = [
     "TABLES",
     "AttemptRow",
     "CommandAction",
+    "CommandKeyError",
     "CommandRow",
     "CommandStatus",
     "ExportRefused",

@@ -31,8 +31,8 @@ class ExportRefused(Exception):
         super().__init__(f"{self.path}: {problem}{hint.get(remedy or '', '')}")
 
 
-_STORE_FILES = ("", "-wal", "-shm", "-journal")
-"""A SQLite store is these files: writing onto any of them would destroy it."""
+_STORE_FILES = ("", "-wal", "-shm", "-journal", ".key")
+"""A trace store is these files (SQLite's, and the command key): writing onto any would destroy it."""
 
 
 def export_target(output: Path, store: Path, *, force: bool) -> Path:

@@ -8,6 +8,7 @@ raises :class:`TraceStoreError`, whose ``str()`` is one line ending "(left untou
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sqlite3
 import sys
@@ -16,7 +17,16 @@ from pathlib import Path
 from urllib.parse import quote
 
 from engine.errors import TraceStoreError
+from engine.files import (
+    FILE_MODE,
+    create_private_file,
+    make_private_directories,
+    owned_by_someone_else,
+    wider_than_owner,
+)
 from engine.store import schema
+
+log = logging.getLogger("tripwire.store")
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -37,6 +47,8 @@ def open_store(
     fresh = created or not inspect_file(path, readonly=False)
     if not fresh:
         validated(path, busy_timeout_ms, verify, readonly=False).close()
+    if not created:  # only once it is known to be a store of ours
+        adopt(path)
     conn = connect(path, busy_timeout_ms, readonly=False)
     try:
         if fresh:
@@ -59,24 +71,36 @@ def open_store(
 def create_file(path: Path) -> bool:
     """Create the file owner-only before SQLite touches it; False when something is there already."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    except FileExistsError:
+        make_private_directories(path.parent)
+    except (FileExistsError, NotADirectoryError):
         raise TraceStoreError(
             path, f"cannot create: {path.parent} is not a directory", untouched=False
         ) from None
     except OSError as exc:
         raise TraceStoreError(path, f"cannot create: {exc.strerror or exc}", untouched=False) from None
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return False
+        fd = create_private_file(path)
     except OSError as exc:
         raise TraceStoreError(path, f"cannot create: {exc.strerror or exc}", untouched=False) from None
-    try:
-        os.fchmod(fd, 0o600)  # whatever the umask
-    finally:
-        os.close(fd)
+    if fd is None:
+        return False
+    os.close(fd)
     return True
+
+
+def adopt(path: Path) -> None:
+    """An existing store opened read-write must be its owner's alone: another user's is refused
+    (untouched); one others may read is narrowed to 0600, with its -wal and -shm, and said so."""
+    if (uid := owned_by_someone_else(path)) is not None:
+        raise TraceStoreError(path, f"owned by another user (uid {uid}): a trace store must be its owner's")
+    for file in (path, *(Path(f"{path}{suffix}") for suffix in ("-wal", "-shm"))):
+        try:
+            mode = wider_than_owner(file)
+        except FileNotFoundError:
+            continue
+        if mode is not None:
+            os.chmod(file, FILE_MODE)
+            log.warning("trace store %s was open to other users (%o): now owner-only", file, mode)
 
 
 def inspect_file(path: Path, *, readonly: bool) -> bool:

@@ -70,7 +70,9 @@ class StoredTurn:
 
 CommandAction = Literal["trip", "reset", "disable"]
 COMMAND_ACTIONS: tuple[CommandAction, ...] = ("trip", "reset", "disable")
-CommandStatus = Literal["pending", "applied", "failed"]
+CommandStatus = Literal["pending", "applied", "failed", "refused"]
+"""Failed: taken, but it could not be carried out (an unknown tool); refused: not taken (a missing
+or wrong MAC, a reserved or blank actor, no or a past expiry, an id taken already)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,17 +81,24 @@ class CommandRow:
 
     id: int
     created_at: float
+    """When its sender says it was sent (its own wall clock)."""
     action: CommandAction
     tool_id: str
     actor: str
+    """The OS user of the process that sent it (schema 4; before, whatever name it gave)."""
     reason: str
     status: CommandStatus
     applied_at: float | None
-    """When the engine acknowledged it (applied or failed)."""
+    """When the engine acknowledged it (applied, failed or refused), by the engine's wall clock."""
     result: str | None
-    """Applied: the breaker state the action left; failed: why, on one line."""
+    """Applied: the breaker state the action left; failed or refused: why, on one line."""
     expires_at: float | None
     """Not applied by then, it is refused: its sender has stopped waiting."""
+    host: str | None = None
+    """The host and pid of the process that sent it (schema 4)."""
+    pid: int | None = None
+    mac: str | None = None
+    """HMAC-SHA256 of its content under the store's command key (:mod:`engine.store.command_auth`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -144,7 +144,30 @@ def _v3(db: Database) -> None:
     db.execute("ALTER TABLE turns ADD COLUMN writer INTEGER")
 
 
-MIGRATIONS: list[Migration] = [_v1, _v2, _v3]
+def _v4(db: Database) -> None:
+    """Signed operator commands: who sent each (host and pid beside the OS user), its MAC, and
+    ``refused`` for those the engine would not take; ids never reused."""
+    # SQLite cannot change a CHECK constraint in place: the table is rebuilt, its rows kept.
+    # AUTOINCREMENT: a command's id is covered by its MAC and taken at most once, so an id must
+    # never come back after the newest rows are deleted.
+    db.execute("ALTER TABLE commands RENAME TO commands_v3")
+    db.execute(
+        "CREATE TABLE commands (id INTEGER PRIMARY KEY AUTOINCREMENT, created_at FLOAT NOT NULL,"
+        " action TEXT NOT NULL CHECK (action IN ('trip', 'reset', 'disable')), tool_id TEXT NOT NULL,"
+        " actor TEXT NOT NULL, reason TEXT NOT NULL DEFAULT '', status TEXT NOT NULL DEFAULT 'pending'"
+        " CHECK (status IN ('pending', 'applied', 'failed', 'refused')), applied_at FLOAT, result TEXT,"
+        " expires_at FLOAT, host TEXT, pid INTEGER, mac TEXT)"
+    )
+    db.execute(
+        "INSERT INTO commands (id, created_at, action, tool_id, actor, reason, status, applied_at, result,"
+        " expires_at) SELECT id, created_at, action, tool_id, actor, reason, status, applied_at, result,"
+        " expires_at FROM commands_v3"
+    )
+    db.execute("DROP TABLE commands_v3")  # and its index
+    db.execute("CREATE INDEX commands_pending ON commands (id) WHERE status = 'pending'")
+
+
+MIGRATIONS: list[Migration] = [_v1, _v2, _v3, _v4]
 """Migration ``i`` takes a store from schema version ``i`` to ``i + 1``; never edit a released one."""
 SCHEMA_VERSION = len(MIGRATIONS)
 TABLES = frozenset({"meta", "turns", "turn_tools", "events", "attempts", "manifests", "commands", "writers"})

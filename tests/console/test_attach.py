@@ -31,6 +31,7 @@ from engine.breaker import BreakerState
 from engine.demo import DEMO_TOOLS
 from engine.events import BreakerOpened, BreakerTripped, Event
 from engine.store import TraceStore, TraceStoreError
+from engine.store.command_auth import command_origin
 from tests.console import factory as f
 from tests.serving import served
 
@@ -46,10 +47,15 @@ def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
         time.sleep(0.01)
 
 
+ME = command_origin()
+
+
 @pytest.fixture
 def db(tmp_path: Path) -> Path:
+    """A store, and its command key, as the engine serving it makes them."""
     path = tmp_path / "traces.db"
-    TraceStore(path).close()
+    with TraceStore(path) as store:
+        store.command_key()
     return path
 
 
@@ -170,10 +176,11 @@ def test_an_action_waits_for_the_engines_acknowledgement(writer: TraceStore, db:
     link = AttachedLink(db)
     try:
         with StandInEngine(writer):
-            command = link.send("trip", "flight_search", actor="operator:alice", reason="drill")
+            command = link.send("trip", "flight_search", reason="drill")
             assert (command.status, command.result, command.actor, command.reason) == (
-                "applied", "FORCED_OPEN", "operator:alice", "drill"
+                "applied", "FORCED_OPEN", ME.user, "drill"
             )  # fmt: skip
+            assert (command.host, command.pid) == (ME.host, ME.pid) and command.mac is not None
             assert command.expires_at == pytest.approx(command.created_at + link.ack_timeout_s)
             assert link.act_acknowledged("trip", "flight_search", actor="a", reason="") == "FORCED_OPEN"
             link.act("trip", "flight_search", actor="a", reason="")
@@ -225,6 +232,71 @@ def test_a_read_only_link_cannot_act_and_never_writes(db: Path, writer: TraceSto
         assert writer.pending_commands() == []
     finally:
         link.close()
+
+
+@pytest.mark.parametrize(
+    ("spoil", "reason"),
+    [
+        (lambda key: key.unlink(), "traces.db.key: no command key: no engine has served operator commands on"
+         " this store yet"),
+        (lambda key: key.chmod(0o644), "traces.db.key: the command key is open to others (mode 0644): chmod"
+         " 600 it, or delete it for a new one"),
+        (lambda key: os.chown(key, os.getuid() + 1, -1), "traces.db.key: the command key is owned by another"
+         " user (uid {other}, this is uid {me})"),
+        (lambda key: key.write_bytes(b"short"), "traces.db.key: not a command key: 5 bytes, expected 32"),
+    ],
+    ids=["missing", "open to others", "another user's", "not a key"],
+)  # fmt: skip
+def test_without_a_usable_key_the_link_is_read_only_and_says_why(
+    db: Path, spoil: Callable[[Path], Any], reason: str
+) -> None:
+    if "another user" in reason and os.geteuid() != 0:
+        pytest.skip("only root can give a file away")
+    key = db.with_name("traces.db.key")
+    spoil(key)
+    link = AttachedLink(db)
+    try:
+        assert link.read_only and link.store.readonly, "it never writes"
+        assert link.read_only_reason == reason.format(other=os.getuid() + 1, me=os.getuid())
+        with pytest.raises(PermissionError) as info:
+            link.send("trip", "flight_search", reason="")
+        assert str(info.value) == f"the console is read-only: {link.read_only_reason}"
+    finally:
+        link.close()
+    with TraceStore(db, readonly=True) as store:
+        assert store.command_history() == []
+
+
+def test_a_link_to_a_service_that_takes_no_commands_is_read_only(db: Path, writer: TraceStore) -> None:
+    writer.set_taking_commands(False)
+    link = AttachedLink(db)
+    try:
+        assert link.read_only and link.store.readonly
+        assert link.read_only_reason == (
+            "the service on this store takes no operator commands (tripwire serve --no-commands)"
+        )
+    finally:
+        link.close()
+    writer.set_taking_commands(True)
+    link = AttachedLink(db)
+    try:
+        assert not link.read_only and link.read_only_reason is None
+    finally:
+        link.close()
+
+
+@pytest.mark.asyncio
+async def test_the_console_shows_why_it_is_read_only(db: Path) -> None:
+    db.with_name("traces.db.key").unlink()
+    app = ConsoleApp(AttachedLink(db), traces=db)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        why = "traces.db.key: no command key: no engine has served operator commands on this store yet"
+        assert f"read-only: {why}" in str(app.status_text())
+        assert [(n.title, n.message) for n in app._notifications] == [
+            ("Read-only: no trip, reset or disable", why)
+        ]
+        assert app.check_action("act", ("trip",)) is False
 
 
 def test_an_unreadable_event_is_skipped_not_stuck_on(writer: TraceStore, db: Path) -> None:
@@ -367,7 +439,7 @@ async def test_a_console_attached_to_a_served_engine_trips_its_breaker(
         line = await anyio.to_thread.run_sync(process.stdout.readline)
     assert line == f"tripwire serve: recording to {db}; attach with: tripwire console --attach {db}\n"
 
-    app = ConsoleApp(AttachedLink(db), actor="operator:test", traces=db)
+    app = ConsoleApp(AttachedLink(db), actor="operator:whoever-USER-says", traces=db)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: set(DEMO_TOOLS) <= set(app.model.tools), timeout=10)
         await select(pilot, "hotel_search")
@@ -378,7 +450,8 @@ async def test_a_console_attached_to_a_served_engine_trips_its_breaker(
         await until(pilot, lambda: any(n.message == acknowledged for n in app._notifications))
         await until(pilot, lambda: app.model.tools["hotel_search"].state is BreakerState.FORCED_OPEN)
         transition = app.model.tools["hotel_search"].history[-1]
-        assert (transition.actor, transition.reason) == ("operator:test", "vendor maintenance")
+        operator = f"operator:{ME.user}@{ME.host}"
+        assert (transition.actor, transition.reason) == (operator, "vendor maintenance"), "who the OS says"
         table = app.screen.query_one(BreakerTable)
         row = next(r for r in table.rows if r.tool_id == "hotel_search")
         assert "FORCED_OPEN" in table.render_line(1 + table.rows.index(row)).text
@@ -408,5 +481,5 @@ async def test_a_console_attached_to_a_served_engine_trips_its_breaker(
     assert await anyio.to_thread.run_sync(process.wait, 10) == 0, "a clean stop"
     with TraceStore(db, readonly=True) as store:
         (tripped,) = [e for e in store.events() if isinstance(e, BreakerTripped)]
-        assert (tripped.tool_id, tripped.actor) == ("hotel_search", "operator:test")
+        assert (tripped.tool_id, tripped.actor) == ("hotel_search", f"operator:{ME.user}@{ME.host}")
         assert not [e for e in store.events() if isinstance(e, BreakerOpened) and e.tool_id == "hotel_search"]

@@ -203,3 +203,39 @@ async def test_a_replay_plays_through_the_board_steps_and_ends(store_path: Path)
         assert app.replay is None and app.model is app.live
         assert "LIVE" in str(app.status_text())
         assert not link.actions
+
+
+@pytest.fixture
+def bracketed_store(tmp_path: Path) -> Path:
+    """A store whose one turn failed with brackets in its error text."""
+    import anyio
+
+    from engine import Engine, ToolCall, Turn
+    from engine.store import TraceRecorder
+
+    async def broken() -> None:
+        raise ValueError("bad [red]input[/red] and a stray [/bold] tag")
+
+    engine = Engine()
+    engine.register("broken", broken)
+    path = tmp_path / "traces.db"
+    with TraceStore(path) as store, TraceRecorder(store).attach(engine):
+        anyio.run(engine.run_turn, Turn([ToolCall("b", "broken")], id="brackets"))
+    live_demo()  # the fake link's seeds, played before the app's loop runs
+    return path
+
+
+@pytest.mark.asyncio
+async def test_the_traces_view_shows_brackets_in_errors_as_text(bracketed_store: Path) -> None:
+    """`[/bold]` in a tool's error would crash Rich markup in a table cell; `[red]` would vanish."""
+    app, _ = app_on(bracketed_store)
+    async with app.run_test(size=(200, 40)) as pilot:
+        await pilot.press("5")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        await pilot.press("enter")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        timeline = app.screen.query_one("#timeline", DataTable)
+        cells = [str(timeline.get_row_at(i)[3]) for i in range(timeline.row_count)]
+        assert any("bad [red]input[/red] and a stray [/bold] tag" in c for c in cells), cells

@@ -302,3 +302,26 @@ def test_show_keeps_the_turn_id_whole_even_when_it_is_wider_than_the_terminal(
     monkeypatch.setenv("COLUMNS", str(len(turn_id) - 5))
     assert main(["traces", "show", turn_id, "--traces", str(store)]) == 0
     assert capsys.readouterr().out.splitlines()[0].startswith(f"{turn_id}  ok")
+
+
+def test_error_texts_are_shown_as_text_never_as_markup(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tool's error may hold brackets: `[/bold]` would crash Rich's markup, `[red]` would vanish."""
+    import anyio
+
+    from engine import Engine, ToolCall, Turn
+    from engine.store import TraceRecorder, TraceStore
+
+    async def broken() -> None:
+        raise ValueError("bad [red]input[/red] and a stray [/bold] tag")
+
+    engine = Engine()
+    engine.register("broken", broken)
+    path = tmp_path / "traces.db"
+    with TraceStore(path) as store, TraceRecorder(store).attach(engine):
+        anyio.run(engine.run_turn, Turn([ToolCall("b", "broken")], id="brackets"))
+    capsys.readouterr()
+    monkeypatch.setenv("COLUMNS", "400")  # one line per event
+    assert main(["traces", "show", "brackets", "--traces", str(path)]) == 0
+    assert "bad [red]input[/red] and a stray [/bold] tag" in capsys.readouterr().out

@@ -25,8 +25,6 @@ from engine import scenario as scenario_files
 from engine.demo import demo_engine
 from engine.events import ToolResultSent
 from engine.llm import (
-    DEFAULT_SECRET_FIELDS,
-    REDACTED,
     TRUNCATED,
     LLMToolCall,
     ToolBatch,
@@ -36,10 +34,8 @@ from engine.llm import (
     format_tool_error_for_llm,
     parse_anthropic_tool_uses,
     parse_openai_tool_calls,
-    redact,
-    redact_arguments,
-    secret_values,
 )
+from engine.redaction import MARKER
 from tests.engine.conftest import WALL, make_engine, new_engine
 
 pytestmark = pytest.mark.anyio
@@ -225,25 +221,6 @@ def test_truncation_caps_length_and_never_cuts_the_header() -> None:
     assert lines(wild)[2] == "Error Type: E rror"
     with pytest.raises(ValueError, match="at least 512"):
         format_tool_error_for_llm("search", "E", "m", max_chars=100)
-
-
-def test_redact_secret_values_and_credential_shapes() -> None:
-    args = {"q": "x", "auth": {"API_KEY": "abc123456"}, "items": [{"Password": "hunter22"}], "token": 12345}
-    assert secret_values(args) == ("abc123456", "hunter22", "12345")
-    text = "key abc123456 / pw hunter22 / 12345 / Authorization: Bearer eyJhbGciOi.abc.def-ghi"
-    assert redact(text, secret_values(args)) == (
-        f"key {REDACTED} / pw {REDACTED} / {REDACTED} / Authorization: Bearer {REDACTED}"
-    )
-    assert redact("using sk-proj-AbCdEf0123456789xyz now") == f"using {REDACTED} now"
-    assert redact("GET /v1?api_key=s3cr3t&q=1 failed") == f"GET /v1?api_key={REDACTED}&q=1 failed"
-    assert redact('body {"password": "pw0rd!"}') == f'body {{"password": "{REDACTED}"}}'
-    assert redact("the task-abcdefghijklmnopqrstu ran") == "the task-abcdefghijklmnopqrstu ran", (
-        "not an sk- key"
-    )
-    assert redact_arguments(args) == {
-        "q": "x", "auth": {"API_KEY": REDACTED}, "items": [{"Password": REDACTED}], "token": REDACTED,
-    }  # fmt: skip
-    assert "client_secret" in DEFAULT_SECRET_FIELDS
 
 
 # --- seed 003's exception and registry ----------------------------------------------------
@@ -603,16 +580,18 @@ async def test_error_text_is_redacted_stable_and_capped() -> None:
     assert (
         key not in first.content and "pw-1" not in first.content and "abcdefghijkl12345" not in first.content
     )
+    masked_key = engine.redaction.mask(key)
+    assert MARKER.search(masked_key) and masked_key.startswith("sk-"), "the shape is kept"
     assert lines(first.content)[3].startswith(
-        f"Message: key {REDACTED} rejected for https://api.example?api_key="
-    )
+        f"Message: key {masked_key} rejected for https://api.example?api_key={masked_key}; "
+    ), "equal secrets read the same"
     assert first.error is not None
     recorded = json.dumps([executor.registry.get_errors_for_tool("fetch"), first.error.to_dict()])
     assert key not in recorded and "pw-1" not in recorded
     assert first.error.tool_input == {
         "url": "https://api.example",
-        "api_key": REDACTED,
-        "options": {"Password": REDACTED},
+        "api_key": masked_key,
+        "options": {"Password": engine.redaction.mask("pw-1")},
     }
 
 

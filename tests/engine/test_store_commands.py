@@ -1,9 +1,12 @@
 """Schema v2 of the trace store: the operator command table, following a live engine's events,
-and what an attached console seeds its board with; and migrating a v1 store to it."""
+and what an attached console seeds its board with; migrating a v1 store to it; and schema v4's
+signed commands, migrating a v3 store to them."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import stat
 import typing
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,13 @@ from engine.events import (
     TurnStarted,
 )
 from engine.store import MIGRATIONS, TraceStore, TraceStoreError
+from engine.store.command_auth import (
+    CommandKeyError,
+    command_origin,
+    load_or_create_key,
+    read_key,
+    verify,
+)
 from engine.store.schema import BREAKER_TRANSITIONS, MANIFEST_CHANGES
 from tests.engine.conftest import WALL
 
@@ -85,26 +95,61 @@ def test_a_v1_store_is_migrated_and_keeps_its_data(tmp_path: Path, monkeypatch: 
         before = v1.counts()
         assert "commands" not in v1.db.table_names()
     monkeypatch.setattr("engine.store.schema.MIGRATIONS", MIGRATIONS)
-    with pytest.raises(TraceStoreError, match="older than 3: open it once read-write to migrate"):
+    with pytest.raises(TraceStoreError, match="older than 4: open it once read-write to migrate"):
         TraceStore(path, readonly=True)
 
     with TraceStore(path) as store:
-        assert store.schema_version == len(MIGRATIONS) == 3
+        assert store.schema_version == len(MIGRATIONS) == 4
         assert store.counts() == {**before, "running": 0}
         assert list(store.events()) == events
         # Left running long ago by a writer that was not recorded (schema 1): finished on opening.
         assert store.load_turn("t1").row.outcome == "interrupted"
         assert store.manifest("d1") == {"timeout_ms": 5}
-        assert store.db.execute("SELECT value FROM meta WHERE key = 'schema_3_at'").fetchone() is not None
+        assert store.db.execute("SELECT value FROM meta WHERE key = 'schema_4_at'").fetchone() is not None
         indexes = {i.name for t in ("commands", "events", "manifests") for i in store.db.table(t).indexes}
         assert {"commands_pending", "events_breaker_transitions", "events_manifest_changes",
                 "manifests_by_tool"} <= indexes  # fmt: skip
         # The new indexes cover the rows written before the migration.
         assert states(store)["hotel_search"].breaker.state is BreakerState.FORCED_OPEN
-        assert store.submit_command("reset", "hotel_search", actor="alice") == 1
+        assert store.submit_command("reset", "hotel_search") == 1
     with TraceStore(path, readonly=True) as reader:
-        assert reader.schema_version == 3
+        assert reader.schema_version == 4
         assert reader.command(1).status == "pending"
+
+
+def test_a_v3_store_is_migrated_to_signed_commands_and_keeps_its_commands(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "traces.db"
+    monkeypatch.setattr("engine.store.schema.MIGRATIONS", MIGRATIONS[:3])
+    with TraceStore(path) as v3:
+        assert v3.schema_version == 3
+        v3.db.execute(
+            "INSERT INTO commands (created_at, action, tool_id, actor, reason, status, applied_at, result,"
+            " expires_at) VALUES (?, 'trip', 'flight_search', 'operator:alice', 'drill', 'applied', ?,"
+            " 'FORCED_OPEN', ?), (?, 'reset', 'flight_search', 'operator:admin', '', 'pending', NULL, NULL,"
+            " NULL)",
+            (WALL, WALL + 0.2, WALL + 5, WALL + 1),
+        )
+        with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+            v3.db.execute("UPDATE commands SET status = 'refused' WHERE id = 2")
+    monkeypatch.setattr("engine.store.schema.MIGRATIONS", MIGRATIONS)
+    with TraceStore(path) as store:
+        assert store.schema_version == 4
+        applied, pending = store.command(1), store.command(2)
+        assert (applied.actor, applied.reason, applied.status, applied.result, applied.applied_at) == (
+            "operator:alice", "drill", "applied", "FORCED_OPEN", WALL + 0.2
+        )  # fmt: skip
+        assert (applied.host, applied.pid, applied.mac) == (None, None, None), "sent unsigned, before v4"
+        assert [c.id for c in store.pending_commands()] == [2], "the index of pending commands is back"
+        assert store.acknowledge_command(pending.id, "refused", "unsigned") is True
+        assert store.command(2).status == "refused"
+        # Ids are never reused, even once the newest commands are deleted.
+        store.db.execute("DELETE FROM commands")
+        assert store.submit_command("trip", "hotel_search") == 3
+        sql = store.db.execute("SELECT sql FROM sqlite_master WHERE name = 'commands'").fetchone()[0]
+        assert "AUTOINCREMENT" in sql and "'refused'" in sql
+        assert "commands_v3" not in store.db.table_names()
 
 
 def test_the_partial_indexes_name_every_breaker_transition_and_manifest_change() -> None:
@@ -135,18 +180,15 @@ def test_the_seed_and_tail_queries_use_their_indexes(store: TraceStore) -> None:
 
 
 def test_commands_are_pending_in_order_until_acknowledged(store: TraceStore) -> None:
-    first = store.submit_command(
-        "trip", "flight_search", actor="operator:alice", reason="vendor down", now=WALL
-    )
-    second = store.submit_command(
-        "disable", "hotel_search", actor="operator:bob", expires_at=WALL + 5, now=WALL + 1
-    )
-    third = store.submit_command("reset", "flight_search", actor="operator:alice", now=WALL + 2)
+    first = store.submit_command("trip", "flight_search", reason="vendor down", now=WALL)
+    second = store.submit_command("disable", "hotel_search", expires_in_s=5, now=WALL + 1)
+    third = store.submit_command("reset", "flight_search", now=WALL + 2)
     assert [c.id for c in store.pending_commands()] == [first, second, third]
     assert [c.id for c in store.pending_commands(limit=2)] == [first, second]
     command = store.command(first)
-    assert (command.action, command.tool_id, command.actor, command.reason) == (
-        "trip", "flight_search", "operator:alice", "vendor down"
+    me = command_origin()
+    assert (command.action, command.tool_id, command.actor, command.reason, command.host, command.pid) == (
+        "trip", "flight_search", me.user, "vendor down", me.host, me.pid
     )  # fmt: skip
     assert (command.status, command.created_at, command.applied_at, command.result) == (
         "pending",
@@ -154,7 +196,8 @@ def test_commands_are_pending_in_order_until_acknowledged(store: TraceStore) -> 
         None,
         None,
     )
-    assert store.command(second).expires_at == WALL + 5
+    assert store.command(second).expires_at == WALL + 1 + 5
+    assert store.command(first).expires_at == WALL + 30, "30 s unless the sender says otherwise"
 
     assert store.acknowledge_command(first, "applied", "FORCED_OPEN", now=WALL + 0.2) is True
     assert (
@@ -172,10 +215,10 @@ def test_commands_are_pending_in_order_until_acknowledged(store: TraceStore) -> 
 
 def test_bad_commands_are_refused(store: TraceStore, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="action must be one of trip, reset, disable, got 'explode'"):
-        store.submit_command("explode", "flight_search", actor="a")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="a command needs a tool and an actor"):
-        store.submit_command("trip", "", actor="a")
-    with pytest.raises(ValueError, match="status must be 'applied' or 'failed'"):
+        store.submit_command("explode", "flight_search")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="a command needs a tool"):
+        store.submit_command("trip", "")
+    with pytest.raises(ValueError, match="status must be 'applied', 'failed' or 'refused'"):
         store.acknowledge_command(1, "pending", "x")  # type: ignore[arg-type]
     with pytest.raises(TraceStoreError, match=r"no command 42$"):
         store.command(42)
@@ -183,9 +226,14 @@ def test_bad_commands_are_refused(store: TraceStore, tmp_path: Path) -> None:
         store.db.execute(
             "INSERT INTO commands (created_at, action, tool_id, actor) VALUES (0, 'explode', 'a', 'b')"
         )
+    with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+        store.db.execute(
+            "INSERT INTO commands (created_at, action, tool_id, actor, status) VALUES (0, 'trip', 'a', 'b',"
+            " 'done')"
+        )
     with TraceStore(store.path, readonly=True) as reader:
         with pytest.raises(TraceStoreError, match="opened read-only: cannot submit commands"):
-            reader.submit_command("trip", "flight_search", actor="a")
+            reader.submit_command("trip", "flight_search")
         with pytest.raises(TraceStoreError, match="opened read-only: cannot acknowledge commands"):
             reader.acknowledge_command(1, "applied", "x")
 
@@ -353,4 +401,94 @@ def test_create_false_never_creates_nor_adopts_an_empty_file(tmp_path: Path) -> 
     assert empty.read_bytes() == b""
     TraceStore(tmp_path / "t.db").close()
     with TraceStore(tmp_path / "t.db", create=False) as store:
-        assert store.submit_command("trip", "a", actor="b") == 1
+        assert store.submit_command("trip", "a") == 1
+
+
+# --- signed commands and the command key (schema 4) -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "id = id + 100",
+        "action = 'disable'",
+        "tool_id = 'hotel_search'",
+        "reason = 'something else'",
+        "actor = 'mallory'",
+        "host = 'elsewhere'",
+        "pid = pid + 1",
+        "created_at = created_at - 1",
+        "expires_at = expires_at + 3000",
+        "expires_at = NULL",
+        "mac = upper(mac)",
+    ],
+)
+def test_the_mac_covers_every_field_of_a_command(store: TraceStore, change: str) -> None:
+    command_id = store.submit_command("trip", "flight_search", reason="drill", now=WALL)
+    key = store.command_key()
+    assert verify(key, store.command(command_id))
+    store.db.execute(f"UPDATE commands SET {change}")
+    (changed,) = store.command_history()
+    assert not verify(key, changed)
+
+
+def test_the_command_key_is_made_once_owner_only_and_never_replaced(tmp_path: Path) -> None:
+    path = tmp_path / "traces.db.key"
+    before = os.umask(0)
+    try:
+        key = load_or_create_key(path)
+    finally:
+        os.umask(before)
+    assert len(key) == 32 and stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert load_or_create_key(path) == key == read_key(path)
+    assert [p.name for p in tmp_path.iterdir()] == ["traces.db.key"], "no temporary file left"
+    path.write_bytes(b"x" * 31)
+    with pytest.raises(CommandKeyError, match="not a command key: 31 bytes, expected 32"):
+        load_or_create_key(path)
+    assert path.read_bytes() == b"x" * 31, "a bad key is refused, never replaced"
+
+
+def test_a_key_that_is_not_a_file_of_ours_is_refused(tmp_path: Path) -> None:
+    real = tmp_path / "elsewhere.key"
+    load_or_create_key(real)
+    link = tmp_path / "traces.db.key"
+    link.symlink_to(real)
+    with pytest.raises(CommandKeyError) as info:
+        load_or_create_key(link)
+    assert str(info.value) == f"{link}: is a symbolic link, not a command key (left untouched)"
+    directory = tmp_path / "other.db.key"
+    directory.mkdir()
+    with pytest.raises(CommandKeyError, match="not a regular file, so not a command key"):
+        load_or_create_key(directory)
+    with pytest.raises(CommandKeyError, match="no command key: no engine has served operator commands"):
+        read_key(tmp_path / "missing.key")
+
+
+def test_the_audit_lists_commands_newest_first_by_when_the_engine_answered(store: TraceStore) -> None:
+    first = store.submit_command("trip", "flight_search", now=WALL)
+    second = store.submit_command("reset", "flight_search", now=WALL + 10)
+    forged = store.db.execute(
+        "INSERT INTO commands (created_at, action, tool_id, actor) VALUES (0, 'disable', 'a', 'engine')"
+    ).lastrowid
+    assert forged is not None
+    store.acknowledge_command(first, "applied", "FORCED_OPEN", now=WALL + 1)
+    store.acknowledge_command(forged, "refused", "unsigned", now=WALL + 20)
+    assert [c.id for c in store.command_history()] == [forged, second, first]
+    assert [c.id for c in store.command_history(limit=1)] == [forged]
+    # Sent "at 0", refused at WALL + 20: found by when the engine answered it.
+    assert [c.id for c in store.command_history(since=WALL + 15)] == [forged]
+    assert [c.id for c in store.command_history(since=WALL + 5, until=WALL + 15)] == [second]
+    assert [c.id for c in store.command_history(until=WALL + 5)] == [first]
+    with pytest.raises(ValueError, match="limit must be at least 1"):
+        store.command_history(limit=0)
+
+
+def test_a_service_says_whether_it_takes_commands(store: TraceStore) -> None:
+    assert store.taking_commands() is None
+    store.set_taking_commands(False)
+    assert store.taking_commands() is False
+    store.set_taking_commands(True)
+    with TraceStore(store.path, readonly=True) as reader:
+        assert reader.taking_commands() is True
+        with pytest.raises(TraceStoreError, match="opened read-only"):
+            reader.set_taking_commands(False)

@@ -131,7 +131,7 @@ def outcomes(shared_store: Path, tmp_path_factory: pytest.TempPathFactory) -> It
             store = shared_store
             if case.own_store:
                 store = tmp / "store.db"
-                shutil.copyfile(shared_store, store)
+                shutil.copy(shared_store, store)  # its mode too: the store is 0600, as tripwire made it
             if any("kept.jsonl" in a for a in case.argv):
                 (tmp / "kept.jsonl").write_text("kept\n")
             values = {"store": str(store), "tmp": str(tmp), "tmp_name": tmp.name, "turn": turn}

@@ -1,0 +1,73 @@
+"""The files tripwire makes are its owner's: ``0600`` files, ``0700`` directories, whatever the umask.
+
+Traces hold tool inputs and results, export files the same, the command key lets its reader
+steer the engine: none of them is for other users of the machine. The modes are given at
+creation — to every missing parent directory too, which ``mkdir -p`` would make with the
+umask's leave (0777 under a umask of 000) — and a umask can only narrow them further.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from pathlib import Path
+
+FILE_MODE = 0o600
+DIRECTORY_MODE = 0o700
+
+
+def make_private_directories(directory: Path) -> None:
+    """Create ``directory`` and any missing parents, each new one ``0700`` (existing ones untouched).
+
+    Raises NotADirectoryError when the nearest existing one is a file."""
+    missing: list[Path] = []
+    for candidate in (directory, *directory.parents):
+        if candidate.exists():
+            if not candidate.is_dir():
+                raise NotADirectoryError(f"{candidate} is not a directory")
+            break
+        missing.append(candidate)
+    for new in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # made meanwhile by someone else: left as it is
+            new.mkdir(mode=DIRECTORY_MODE)
+
+
+def create_private_file(path: Path) -> int | None:
+    """Create ``path`` (``0600``, exclusive) and return its open descriptor; None if it exists."""
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, FILE_MODE)
+    except FileExistsError:
+        return None
+
+
+def write_private_file(path: Path, content: bytes) -> None:
+    """Write a new ``0600`` file; raises FileExistsError rather than replace one."""
+    fd = create_private_file(path)
+    if fd is None:
+        raise FileExistsError(path)
+    with open(fd, "wb") as out:
+        out.write(content)
+
+
+def wider_than_owner(path: Path) -> int | None:
+    """The file's permission bits when others (group or world) may use it, else None."""
+    mode = stat.S_IMODE(os.stat(path).st_mode)
+    return mode if mode & 0o077 else None
+
+
+def owned_by_someone_else(path: Path) -> int | None:
+    """The owner's uid when it is not this process's user, else None."""
+    uid = os.stat(path).st_uid
+    return uid if uid != os.getuid() else None
+
+
+__all__ = [
+    "DIRECTORY_MODE",
+    "FILE_MODE",
+    "create_private_file",
+    "make_private_directories",
+    "owned_by_someone_else",
+    "wider_than_owner",
+    "write_private_file",
+]
