@@ -28,11 +28,12 @@ from console.bridge import DEFAULT_CAPACITY, EventBridge
 from console.host import Action, EngineHost, EngineLink
 from console.model import Changes, ConsoleModel
 from console.replay import ReplaySession, range_source, turn_source
-from console.screens.base import ConsoleScreen, StatusBar
+from console.screens.base import ConsoleScreen, StatusBar, stale_text
 from console.screens.board import BoardScreen
 from console.screens.confirm import ConfirmActionModal, Confirmed
 from console.screens.deps import DependencyScreen
 from console.screens.events import EventLogScreen
+from console.screens.help import HelpScreen
 from console.screens.manifests import ManifestScreen
 from console.screens.tool import ToolScreen
 from console.screens.traces import TraceBrowserScreen
@@ -69,7 +70,11 @@ class ConsoleApp(App[None]):
     DEFAULT_MODE = "board"
     ESCAPE_TO_MINIMIZE = False  # esc means back here
     CSS = """
-    Footer.-compact FooterLabel { margin: 0 1 0 0; }  /* a group's label needs its space too */
+    /* No word from an attached engine: what the board shows is its last known state. */
+    ConsoleApp.-stale CardGrid, ConsoleApp.-stale BreakerTable { tint: $background 55%; }
+    /* Toasts take rows of their own above the footer: they never cover the line under a cursor. */
+    ToastRack { layer: default; max-height: 9; }
+    Toast { padding: 0 1; margin-top: 0; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("1", "view('board')", "Board", id="view.board", tooltip="The breaker board", group=_VIEWS),
@@ -125,6 +130,8 @@ class ConsoleApp(App[None]):
         self.replay: ReplaySession | None = None
         """A recorded turn or time range being played through the views, if any."""
         self.traces = traces
+        self.replay_turn: str | None = None
+        """A stored turn to start in the replay of (``tripwire console --replay``)."""
         self.refresh_hz = max(1.0, min(30.0, refresh_hz))
         self.actor = actor or f"operator:{command_origin().user}"  # the OS user, not $USER
         self.paused = False
@@ -141,10 +148,13 @@ class ConsoleApp(App[None]):
 
     # --- lifecycle -------------------------------------------------------------------------
 
-    def on_mount(self) -> None:
+    def on_load(self) -> None:
+        # Before any screen: the views and the footer start with every tool (t, r, d included).
         # Subscribe first: an event between the two is folded onto the seed, never lost.
         self._unsubscribe = self.link.subscribe(self.bridge)
         self.live = ConsoleModel(self.link.seeds())
+
+    def on_mount(self) -> None:
         self._manifest_changes_seen = self.live.manifest_change_count
         self._live_now = self.link.now()
         self._rate = (self._live_now, 0, 0.0)
@@ -153,6 +163,8 @@ class ConsoleApp(App[None]):
         self.flush()
         if why := self.read_only_reason:
             self.notify(why, title="Read-only: no trip, reset or disable", severity="warning", timeout=15)
+        if self.replay_turn is not None:
+            self.start_replay(turn_id=self.replay_turn)
         if self._freeze_gc:
             # What exists once the UI is up lives as long as the app: out of the collector's
             # way, a full collection scans only what the flood of events keeps (~3× shorter).
@@ -172,6 +184,7 @@ class ConsoleApp(App[None]):
         changes = self.live.apply(events) if events else Changes()
         changes.merge(self.live.expire(now))
         self._measure_rate(now)
+        self._show_staleness()
         if self.paused:
             self.pending_while_paused += changes.events
         else:
@@ -212,6 +225,26 @@ class ConsoleApp(App[None]):
         why = getattr(self.link, "read_only_reason", None)
         return why if isinstance(why, str) else None
 
+    @property
+    def stale_for(self) -> float | None:
+        """How long an attached engine has said nothing, once it counts as gone (``inf``: it never
+        said anything); None while it is heard from, or when the link cannot tell."""
+        value = getattr(self.link, "stale_for", None)
+        return value if isinstance(value, float) else None
+
+    @property
+    def history_until(self) -> float | None:
+        """Wall-clock time up to which the link's events are history (an attached console's
+        recent past): folded, shown in the events view, never toasted."""
+        value = getattr(self.link, "history_until", None)
+        return value if isinstance(value, float) else None
+
+    def _show_staleness(self) -> None:
+        """Grey the views while the engine says nothing: what they show is its last known state."""
+        stale = self.replay is None and self.stale_for is not None
+        if self.has_class("-stale") != stale:
+            self.set_class(stale, "-stale")
+
     def _measure_rate(self, now: float) -> None:
         since, received, _ = self._rate
         if now - since >= 1.0:
@@ -234,11 +267,14 @@ class ConsoleApp(App[None]):
                 ("  operator actions off · x ends", "$foreground-muted"),
             ]
             return Content.assemble(*parts)
+        stale = self.stale_for
+        if stale is not None:
+            parts += [(stale_text(stale), "bold reverse $error"), ("  last known:", "$foreground-muted")]
         if self.paused:
             parts.append((f"❚❚ PAUSED · {self.pending_while_paused:,} new events", "bold reverse $warning"))
-        else:
+        elif stale is None:
             parts.append(("● LIVE", "bold $success"))
-        parts.append(f"  {len(states)} tools")
+        parts.append(f"{' ' if stale is not None and not self.paused else '  '}{len(states)} tools")
         for state in _COUNTED:
             n = states.count(state)
             parts += ["  ", (f"{n} {state}", render.STATE_STYLE[state] if n else "$foreground-muted")]
@@ -262,7 +298,10 @@ class ConsoleApp(App[None]):
         model = self.live
         new = model.manifest_change_count - self._manifest_changes_seen
         if new > 0:
+            history_until = self.history_until
             for change in list(model.manifest_changes)[-min(new, len(model.manifest_changes)) :]:
+                if history_until is not None and change.at <= history_until:
+                    continue  # from before attaching: in the events view, not news
                 if change.what == "rejected":
                     self.notify(change.errors[0] if change.errors else change.path, title="Manifest refused",
                                 severity="error", timeout=8)  # fmt: skip
@@ -294,10 +333,10 @@ class ConsoleApp(App[None]):
         self.refresh_bindings()
 
     def action_help(self) -> None:
-        if self.screen.query("HelpPanel"):
-            self.action_hide_help_panel()
+        if isinstance(self.screen, HelpScreen):
+            self.screen.dismiss(None)
         else:
-            self.action_show_help_panel()
+            self.push_screen(HelpScreen.of(self.screen))
 
     # --- replay ------------------------------------------------------------------------------
 
@@ -379,7 +418,11 @@ class ConsoleApp(App[None]):
             if self.link.read_only or replaying:
                 return False  # hidden: this console may not act, or the views show the past
             screen = self.screen  # views without tools to act on do not offer it
-            return isinstance(screen, ConsoleScreen) and bool(screen.selected_tools())
+            if isinstance(screen, ConsoleScreen) and screen.selected_tools():
+                return True
+            # The board before its first draw (or filtered to nothing): shown, greyed, so the
+            # footer does not change under the operator's eyes.
+            return None if isinstance(screen, BoardScreen) and self.model.tools else False
         return True
 
     def action_act(self, action: Action) -> None:

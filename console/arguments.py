@@ -14,6 +14,9 @@ MANIFESTS_DEFAULT = "./manifests if there is one, else the bundled demo manifest
 LIMIT_MAX = 10_000
 """Turns per page of ``traces list``."""
 POLL_MS_MAX = 60_000.0
+WAIT_S_MAX = 3600.0
+"""The longest ``breaker trip --wait``: the engine refuses a command valid for longer."""
+WAIT_S_DEFAULT = 5.0
 
 
 class Parser(argparse.ArgumentParser):
@@ -80,6 +83,12 @@ def build_parser() -> argparse.ArgumentParser:
     live.add_argument(
         "--refresh-hz", type=float, default=10.0, help="redraws per second (1 to 30, default 10)"
     )
+    live.add_argument(
+        "--replay",
+        metavar="TURN_ID",
+        help="start in the replay player on this stored turn (from --traces, or the --attach store);"
+        " x returns to the live board",
+    )
 
     demo = commands.add_parser(
         "demo",
@@ -110,6 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--no-commands", action="store_true", help="take none: attached consoles are read-only"
     )
+
+    _breaker_commands(commands)
 
     traces = commands.add_parser(
         "traces", help="browse, export and prune stored turns; audit the operator commands"
@@ -185,6 +196,60 @@ def build_parser() -> argparse.ArgumentParser:
     )
     replay.add_argument("--json", action="store_true", help="print JSON")
     return parser
+
+
+def _breaker_commands(commands: argparse._SubParsersAction[Parser]) -> None:
+    """``tripwire breaker``: what the console's board and its t/r/d keys do, from a shell."""
+    breaker = commands.add_parser(
+        "breaker",
+        help="list the breakers of a served engine, or trip, reset or disable one from a shell",
+        description="The board and the operator actions of an attached console, for runbooks and"
+        " scripts: list reads the engine's trace store; trip, reset and disable send the engine a"
+        " command signed with the store's key (as the console does), wait for its acknowledgement"
+        " and exit 0 when it was applied, 1 when it was refused or not answered, 2 on bad input.",
+    )
+    actions = breaker.add_subparsers(dest="action", metavar="ACTION", required=True)
+    listing = actions.add_parser(
+        "list",
+        help="each tool's breaker: state, consecutive failures, half-open due, last transition",
+        description="Each tool's breaker as the engine recording into DB last stored it: its state,"
+        " consecutive failures, when an OPEN breaker half-opens, and its last transition (when, who,"
+        " why); and whether the engine is heard from.",
+    )
+    _attach_option(listing)
+    listing.add_argument("--json", action="store_true", help="print JSON")
+    effects = {
+        "trip": "force the breaker OPEN until reset: every call is rejected at once",
+        "reset": "close the breaker and clear its counts",
+        "disable": "admit every call while still counting failures",
+    }
+    for action, effect in effects.items():
+        description = f"{action.capitalize()} TOOL's breaker: {effect}. Prints the state it left."
+        command = actions.add_parser(action, help=effect, description=description)
+        command.add_argument("tool", metavar="TOOL")
+        _attach_option(command)
+        command.add_argument(
+            "--reason", required=True, metavar="TEXT", help="why: recorded with the transition and the audit"
+        )
+        command.add_argument(
+            "--wait",
+            type=float,
+            default=WAIT_S_DEFAULT,
+            metavar="S",
+            help=f"seconds to wait for the engine's acknowledgement; not applied by then, the command"
+            f" expires unapplied (above 0, up to {WAIT_S_MAX:,.0f}; default {WAIT_S_DEFAULT:g})",
+        )
+        command.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _attach_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--attach",
+        type=Path,
+        required=True,
+        metavar="DB",
+        help="the trace store of the engine (tripwire serve --traces DB)",
+    )
 
 
 def _run_options(parser: argparse.ArgumentParser) -> None:

@@ -10,6 +10,10 @@ table, signed with the store's command key and naming this process's OS user, ho
 the engine checks them, applies them, records the transition like any other, and acknowledges
 each with the breaker state it left, which :meth:`AttachedLink.act` waits for. A console that
 cannot read the key (or attached to a service that takes no commands) is read-only, and says why.
+
+The engine's word is its events and the heartbeat its recorder writes every couple of seconds
+(the ``writers`` table); when neither has changed for :data:`STALE_AFTER_S`, :attr:`AttachedLink.stale_for`
+says for how long, and the console shows the board as the last known state.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from console.model import ManifestView, ToolSeed
 from engine.events import Event
 from engine.store import CommandRow, StoreSnapshot, ToolState, TraceStore, TraceStoreError
 from engine.store.command_auth import CommandKeyError, command_key_path, read_key
+from engine.store.writers import HEARTBEAT_S
 
 log = logging.getLogger("tripwire.console")
 
@@ -45,6 +50,8 @@ UNANSWERED_S = 3.0
 CHECK_S = 1.0
 """How often the follower thread looks for unanswered commands."""
 NO_COMMANDS = "the service on this store takes no operator commands (tripwire serve --no-commands)"
+STALE_AFTER_S = 2.5 * HEARTBEAT_S
+"""No event and no heartbeat for this long: the engine is taken for gone (one beat may be late)."""
 
 
 class CommandFailed(Exception):
@@ -115,6 +122,16 @@ class AttachedLink:
         """(engine time, wall-clock time) of the newest event: the engine's clock, estimated."""
         if self.snapshot.newest_t is not None and self.snapshot.newest_at is not None:
             self._newest = (self.snapshot.newest_t, self.snapshot.newest_at)
+        self.history_until: float | None = self.snapshot.newest_at
+        """Wall-clock time of the newest event when the link opened: what happened by then is
+        history (the console folds it without toasts)."""
+        self._heartbeat = self._read_heartbeat()
+        words = [w for w in (self.snapshot.newest_at, self._heartbeat) if w is not None]
+        self._word_at: float | None = None
+        """When the engine was last heard from (an event, a new heartbeat), on this process's
+        monotonic clock; None when it never was."""
+        if words:
+            self._word_at = time.monotonic() - max(0.0, self.wall_clock() - max(words))
         self._sinks: list[Callable[[Event], None]] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -193,6 +210,21 @@ class AttachedLink:
         """Why the engine seems unreachable, if it does (the console shows it once per incident)."""
         return self._store_problem or self._engine_problem
 
+    @property
+    def silence(self) -> float | None:
+        """Seconds since the engine was last heard from (an event, a heartbeat); None if never."""
+        word_at = self._word_at
+        return None if word_at is None else max(0.0, time.monotonic() - word_at)
+
+    @property
+    def stale_for(self) -> float | None:
+        """How long the engine has said nothing, once that is over :data:`STALE_AFTER_S` (``inf``
+        when it never said anything); None while it is heard from."""
+        silence = self.silence
+        if silence is None:
+            return float("inf")
+        return silence if silence > STALE_AFTER_S else None
+
     def close(self) -> None:
         if self._closed:
             return
@@ -214,6 +246,7 @@ class AttachedLink:
                 self._store_problem = f"cannot follow the trace store: {exc.problem}"
                 page = []
             if page:
+                self._word_at = time.monotonic()
                 sinks = self._sinks
                 for _, event in page:
                     for sink in sinks:
@@ -224,9 +257,24 @@ class AttachedLink:
                 self.followed += len(page)
             if time.monotonic() >= next_check:
                 next_check = time.monotonic() + CHECK_S
+                self._listen()
                 self._check_engine()
             if len(page) < PAGE:
                 self._stop.wait(self.poll_s)
+
+    def _read_heartbeat(self) -> float | None:
+        try:
+            return self.store.newest_heartbeat()
+        except TraceStoreError:
+            return None  # the follower reports a store it cannot read
+
+    def _listen(self) -> None:
+        """A heartbeat that changed is word from the engine (changed, not recent: another host's
+        clock may be off)."""
+        beat = self._read_heartbeat()
+        if beat is not None and beat != self._heartbeat:
+            self._heartbeat = beat
+            self._word_at = time.monotonic()
 
     def _skip(self, event_id: int, problem: str) -> None:
         self._cursor = max(self._cursor, event_id)
@@ -270,10 +318,15 @@ def _seed(tool: ToolState) -> ToolSeed:
     return ToolSeed(tool.tool_id, breaker.state, breaker.consecutive_failures, breaker.half_open_at, manifest)
 
 
-def build_attached_app(path: Path, *, read_only: bool = False, refresh_hz: float = 10.0) -> ConsoleApp:
-    """The console on the engine recording into ``path``; raises ``TraceStoreError`` before any screen."""
+def build_attached_app(
+    path: Path, *, read_only: bool = False, refresh_hz: float = 10.0, replay_turn: str | None = None
+) -> ConsoleApp:
+    """The console on the engine recording into ``path`` (starting in the replay of ``replay_turn``
+    when given); raises ``TraceStoreError`` before any screen."""
     link = AttachedLink(path, read_only=read_only)
-    return ConsoleApp(link, refresh_hz=refresh_hz, freeze_gc=True, traces=path)  # browse and replay it too
+    app = ConsoleApp(link, refresh_hz=refresh_hz, freeze_gc=True, traces=path)  # browse and replay it too
+    app.replay_turn = replay_turn
+    return app
 
 
 __all__ = ["AttachedLink", "CommandFailed", "build_attached_app"]

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from console.arguments import LIMIT_MAX, POLL_MS_MAX, build_parser
+from console.arguments import LIMIT_MAX, POLL_MS_MAX, WAIT_S_MAX, build_parser
 from console.doctor import report, startup_problem
 from engine.config import ConfigError
 from engine.errors import one_line
@@ -133,6 +133,9 @@ def _check_numbers(args: argparse.Namespace) -> None:
     tolerance_ms: float | None = getattr(args, "tolerance_ms", None)
     if tolerance_ms is not None and not 0 <= tolerance_ms <= TOLERANCE_MS_MAX:
         raise UsageError(f"--tolerance-ms must be from 0 to {TOLERANCE_MS_MAX:g}, got {tolerance_ms:g}")
+    wait: float | None = getattr(args, "wait", None)
+    if wait is not None and not 0 < wait <= WAIT_S_MAX:
+        raise UsageError(f"--wait must be above 0 and at most {WAIT_S_MAX:g}, got {wait:g}")
     poll_ms: float | None = getattr(args, "poll_ms", None)
     if poll_ms is not None and not poll_ms > 0:
         raise UsageError(f"--poll-ms must be positive, got {poll_ms:g}")
@@ -202,6 +205,7 @@ def _console(args: argparse.Namespace) -> int:
     if attach is not None:
         return _attached_console(args, attach)
     from console.live import LiveOptions, build_live_app
+    from console.traces import UsageError
 
     manifests: Path = args.manifests
     workload = getattr(args, "workload", None)
@@ -210,6 +214,11 @@ def _console(args: argparse.Namespace) -> int:
         scenario = bundled_manifests() / "demo" / "live.yaml"
     _need_terminal()  # before the engine starts and the store is created
     no_record = getattr(args, "no_record", False)
+    replay: str | None = getattr(args, "replay", None)
+    if replay is not None:
+        if no_record:
+            raise UsageError("--replay plays a turn of the trace store: it cannot be used with --no-record")
+        _check_replayable(args.traces, replay)
     options = LiveOptions(
         manifests=manifests,
         traces=None if no_record else args.traces,
@@ -219,8 +228,18 @@ def _console(args: argparse.Namespace) -> int:
         refresh_hz=getattr(args, "refresh_hz", 10.0),
         retention=_retention(args),
     )
-    build_live_app(options).run()
+    app = build_live_app(options)
+    app.replay_turn = replay
+    app.run()
     return 0
+
+
+def _check_replayable(store_path: Path, turn_id: str) -> None:
+    """``--replay``: the turn is in the store, or one line says why not (before any screen)."""
+    from engine.store import TraceStore
+
+    with TraceStore(store_path, readonly=True, verify=False, create=False) as store:
+        store.load_turn(turn_id)
 
 
 def _attached_console(args: argparse.Namespace, attach: Path) -> int:
@@ -242,8 +261,12 @@ def _attached_console(args: argparse.Namespace, attach: Path) -> int:
             f"--attach {attach}: {' and '.join(given)} cannot be used with it: an attached console records"
             " nothing and the engine reads its own manifests"
         )
+    if args.replay is not None:
+        _check_replayable(attach, args.replay)
     # Opening the store (read-only, nothing started) first: a wrong path is the problem to report.
-    app = build_attached_app(attach, read_only=args.read_only, refresh_hz=args.refresh_hz)
+    app = build_attached_app(
+        attach, read_only=args.read_only, refresh_hz=args.refresh_hz, replay_turn=args.replay
+    )
     try:
         _need_terminal()
     except BaseException:
@@ -350,6 +373,14 @@ def _dispatch(command: str, args: argparse.Namespace, console: Console) -> int:
             as_json=getattr(args, "json", False),
             console=console,
             traces=record,
+        )
+    if command == "breaker":
+        from console import breakers
+
+        if args.action == "list":
+            return breakers.list_command(args.attach, console, as_json=args.json)
+        return breakers.act_command(
+            args.attach, args.action, args.tool, reason=args.reason, wait_s=args.wait, as_json=args.json
         )
     if command == "replay":
         tolerance_s = args.tolerance_ms / 1000.0

@@ -766,7 +766,10 @@ def _turn_finished(m: ConsoleModel, e: TurnFinished, c: Changes) -> None:
 
 def _breaker(m: ConsoleModel, e: BreakerTransitioned, c: Changes) -> None:
     view = m._tool(e.tool_id)
-    view.state, view.consecutive_failures = e.to_state, e.consecutive_failures
+    # The event carries the count from before the move; closing zeroes it, in the engine too
+    # (a reset would otherwise read CLOSED with "fails 5/5" until the next call).
+    closed = e.to_state is BreakerState.CLOSED
+    view.state, view.consecutive_failures = e.to_state, 0 if closed else e.consecutive_failures
     view.half_open_at = e.half_open_at if e.to_state is BreakerState.OPEN else None
     view.history.append(Transition(e.t, e.at, e.from_state, e.to_state, e.actor, e.reason))
     if e.to_state is BreakerState.OPEN:

@@ -71,14 +71,24 @@ def duration(ms: float | None) -> str:
 
 
 def countdown(seconds: float) -> str:
-    """Time left, whole seconds rounded up (``in 7s``, ``in 1m05s``); ``now`` at zero."""
-    if seconds <= 0:
-        return "now"
-    whole = int(-(-seconds // 1))
+    """When something timed happens, from the time left: ``in 7s``, ``in 1m05s``. Once that time
+    has passed and the console has not seen it happen, how long ago it was due (``due now``,
+    ``due 3s ago``, ``due 2m10s ago``): an engine that is late or gone never reads as "now"."""
+    if seconds > 0:
+        return f"in {_span(int(-(-seconds // 1)))}"  # whole seconds, rounded up
+    late = int(-seconds)
+    return f"due {_span(late)} ago" if late else "due now"
+
+
+def _span(whole: int) -> str:
+    """``7s``, ``1m05s``, ``2h05m``."""
     if whole < 60:
-        return f"in {whole}s"
-    minutes, rest = divmod(whole, 60)
-    return f"in {minutes}m{rest:02d}s"
+        return f"{whole}s"
+    if whole < 3600:
+        minutes, rest = divmod(whole, 60)
+        return f"{minutes}m{rest:02d}s"
+    hours, rest = divmod(whole // 60, 60)
+    return f"{hours}h{rest:02d}m"
 
 
 def percent(value: float | None) -> str:

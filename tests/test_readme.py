@@ -93,8 +93,12 @@ def test_the_trace_store_example_runs(
     run_example(runnable_examples()[2], monkeypatch, cwd=tmp_path)
     assert capsys.readouterr().out.splitlines() == ["ok 4 events; replay matches: True"]
     assert (tmp_path / "traces" / "traces.db").stat().st_mode & 0o777 == 0o600
-    exported = (tmp_path / "last-hour.jsonl").read_text().splitlines()
-    assert len(exported) == 4 and '"event_type": "TurnStarted"' in exported[0]
+    exported = [
+        json.loads(line)["event_type"] for line in (tmp_path / "last-hour.jsonl").read_text().splitlines()
+    ]
+    manifests = exported.count("ManifestLoaded")  # the versions in force when recording started
+    assert manifests == 7 and exported[:manifests] == ["ManifestLoaded"] * manifests
+    assert exported[manifests] == "TurnStarted" and len(exported) == manifests + 4
 
 
 def test_the_operator_commands_example_runs(

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
+from rich.cells import cell_len
 from rich.text import Text
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.content import Content
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
+from textual.widgets._footer import FooterKey
 
 from console.model import Changes
 
@@ -35,6 +39,17 @@ def rich_text(parts: Parts, variables: Mapping[str, str]) -> Text:
             content, style = part
             text.append(content, _VARIABLE.sub(lambda m: variables.get(m.group(1), "default"), style))
     return text
+
+
+def stale_text(silence: float) -> str:
+    """The status bar's word for an engine that has said nothing for ``silence`` seconds."""
+    if silence == float("inf"):
+        return "STALE — no word from the engine yet"
+    if silence < 120:
+        return f"STALE — no word from the engine for {silence:.0f} s"
+    if silence < 7200:
+        return f"STALE — no word from the engine for {silence / 60:.0f} min"
+    return f"STALE — no word from the engine for {silence / 3600:.0f} h"
 
 
 class StatusBar(Static):
@@ -61,6 +76,129 @@ class StatusBar(Static):
             self.update(content, layout=False)
 
 
+FIRST_IN_FOOTER = ("help", "quit", "trip", "reset", "disable", "replay.stop", "replay.toggle")
+"""Binding ids the footer shows first, in this order; the other keys follow in the order of their
+bindings (the focused widget's, the view's, the app's) as long as they fit."""
+
+
+@dataclass(frozen=True, slots=True)
+class FooterKeySpec:
+    key: str
+    display: str
+    action: str
+    enabled: bool
+    tooltip: str
+
+
+@dataclass(frozen=True, slots=True)
+class FooterEntry:
+    """One item of the footer: a key and what it does, or a group of keys under one word."""
+
+    keys: tuple[FooterKeySpec, ...]
+    description: str
+    rank: int
+
+    @property
+    def width(self) -> int:
+        """Columns it takes, without the space after it."""
+        keys = sum(cell_len(k.display) for k in self.keys) + len(self.keys) - 1
+        return keys + (1 + cell_len(self.description) if self.description else 0)
+
+
+def footer_entries(
+    bindings: Iterable[tuple[Binding, bool, str]], display: Callable[[Binding], str]
+) -> list[FooterEntry]:
+    """The footer's items, as Textual's footer makes them: one per action (its first key), the
+    neighbouring actions of one binding group together under the group's word."""
+    by_action: dict[str, tuple[Binding, bool, str]] = {}
+    for binding, enabled, tooltip in bindings:
+        by_action.setdefault(binding.action, (binding, enabled, tooltip))
+    entries: list[FooterEntry] = []
+    run: list[tuple[Binding, bool, str]] = []
+
+    def close_run() -> None:
+        if not run:
+            return
+        group = run[0][0].group
+        if group is not None and len(run) > 1:
+            keys = tuple(FooterKeySpec(b.key, display(b), b.action, e, t or b.description) for b, e, t in run)
+            entries.append(FooterEntry(keys, group.description, _rank(run[0][0])))
+        else:
+            for b, e, t in run:
+                entries.append(FooterEntry((FooterKeySpec(b.key, display(b), b.action, e, t),), b.description,
+                                           _rank(b)))  # fmt: skip
+        run.clear()
+
+    for item in by_action.values():
+        if run and (item[0].group is None or item[0].group != run[0][0].group):
+            close_run()
+        run.append(item)
+    close_run()
+    return entries
+
+
+def _rank(binding: Binding) -> int:
+    return FIRST_IN_FOOTER.index(binding.id) if binding.id in FIRST_IN_FOOTER else len(FIRST_IN_FOOTER)
+
+
+def fit_footer(entries: Sequence[FooterEntry], width: int) -> list[FooterEntry]:
+    """The entries a footer ``width`` columns wide shows: the first ones by rank (stable), each
+    followed by a space, as many as fit whole; the rest are in ``?`` and the command palette."""
+    shown: list[FooterEntry] = []
+    used = 0
+    for entry in sorted(entries, key=lambda e: e.rank):
+        if used + entry.width + 1 <= width:
+            shown.append(entry)
+            used += entry.width + 1
+    return shown
+
+
+class ConsoleFooter(Footer):
+    """Textual's footer, with the essential keys first and only what fits whole: never a key cut
+    in two, never a stray character under the palette key."""
+
+    DEFAULT_CSS = """
+    ConsoleFooter.-compact FooterKey.-command-palette { margin: 0; }
+    """
+
+    def __init__(self) -> None:
+        super().__init__(compact=True)
+        self._composed_width = 0
+
+    def _width(self) -> int:
+        return self.size.width or self.app.size.width
+
+    def compose(self) -> ComposeResult:
+        if not self._bindings_ready:
+            return
+        self._composed_width = width = self._width()
+        active = self.screen.active_bindings
+        shown = [(b, enabled, tip) for (_, b, enabled, tip) in active.values() if b.show]
+        palette = None
+        if self.show_command_palette and self.app.ENABLE_COMMAND_PALETTE:
+            palette = active.get(self.app.COMMAND_PALETTE_BINDING)
+        if palette is not None:
+            _, binding, enabled, _ = palette
+            display = self.app.get_key_display(binding)
+            width -= 1 + cell_len(display) + 1 + cell_len(binding.description)  # its border, key, text
+        for entry in fit_footer(footer_entries(shown, self.app.get_key_display), width):
+            last = len(entry.keys) - 1
+            for index, key in enumerate(entry.keys):
+                yield FooterKey(
+                    key.key, key.display, entry.description if index == last else "", key.action,
+                    disabled=not key.enabled, tooltip=key.tooltip,
+                ).data_bind(compact=Footer.compact)  # fmt: skip
+        if palette is not None:
+            yield FooterKey(
+                binding.key, display, binding.description, binding.action, classes="-command-palette",
+                disabled=not enabled, tooltip=binding.tooltip or binding.description,
+            )  # fmt: skip
+
+    def on_resize(self, event: events.Resize) -> None:
+        if self._bindings_ready and event.size.width != self._composed_width:
+            self.call_after_refresh(self.recompose)
+
+
 class ConsoleScreen(Screen[None]):
     """A view of the model. ``show`` is called on every flush while the screen is active,
     and once with ``full=True`` when it becomes active again (it did no work while hidden)."""
@@ -72,7 +210,7 @@ class ConsoleScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield StatusBar()
         yield from self.compose_body()
-        yield Footer(compact=True)
+        yield ConsoleFooter()
 
     def compose_body(self) -> ComposeResult:
         yield from ()

@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from enum import StrEnum
 
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Container
-from textual.widgets import ContentSwitcher
+from textual.content import Content
+from textual.widgets import ContentSwitcher, Static
 
 from console.model import SEVERITY, BoardRow, Changes
 from console.screens.base import FilterBar, FilteredScreen
@@ -20,14 +21,41 @@ RESORT_S = 2.0
 """A sort is re-applied at most this often, so rows do not jump on every update."""
 CARDS_UP_TO = 16
 """Boards of up to this many tools start as cards; larger ones as the table."""
+CARDS_FROM_WIDTH = 100
+"""Narrower screens start as the table: cards would stack one per row, four to a screen."""
+
+
+def default_layout(width: int, tools: int) -> str:
+    """The layout a board starts in, until the operator picks one with ``v``: cards for a few
+    tools on a wide screen, else the table (one line per tool, the unhealthy ones first)."""
+    return "cards" if width >= CARDS_FROM_WIDTH and tools <= CARDS_UP_TO else "table"
 
 
 class SortKey(StrEnum):
-    NAME = "name"
+    """The board's sorts, in the order ``s`` cycles through them."""
+
     STATE = "state"
     ERRORS = "error %"
     VOLUME = "volume"
     P99 = "p99"
+    NAME = "name"
+
+
+DEFAULT_SORT = SortKey.STATE
+"""FORCED_OPEN, OPEN, HALF_OPEN first, at any width: what needs an operator is on top."""
+
+_DIRECTION: dict[SortKey, tuple[str, str]] = {
+    SortKey.NAME: ("A→Z", "Z→A"),
+    SortKey.STATE: ("worst first", "healthiest first"),
+    SortKey.ERRORS: ("highest first", "lowest first"),
+    SortKey.VOLUME: ("busiest first", "quietest first"),
+    SortKey.P99: ("slowest first", "fastest first"),
+}
+
+
+def sort_label(key: SortKey, reverse: bool) -> str:
+    """The board's sort in words: ``error % ↓ highest first``; reversed, ``↑ lowest first``."""
+    return f"{key} {'↑' if reverse else '↓'} {_DIRECTION[key][reverse]}"
 
 
 _SORTS: dict[SortKey, Callable[[BoardRow], tuple[float | str, ...]]] = {
@@ -107,8 +135,18 @@ class CardGrid(Container, can_focus=True):
             return
         self.selected = max(0, min(index, len(self.order) - 1))
         for position, tool_id in enumerate(self.order):
-            self.cards[tool_id].set_class(position == self.selected, "-selected")
+            card = self.cards[tool_id]
+            card.select(selected=position == self.selected, marked=card.marked)
         self.cards[self.order[self.selected]].scroll_visible(animate=False)
+
+    @on(BreakerCard.Clicked)
+    def _clicked(self, event: BreakerCard.Clicked) -> None:
+        """A click selects the card, a double click opens it (as ``enter`` does)."""
+        event.stop()
+        if event.tool_id in self.order:
+            self._select(self.order.index(event.tool_id))
+            if event.chain > 1:
+                self.action_open()
 
     def action_move(self, delta: int) -> None:
         self._select(self.selected + delta)
@@ -126,8 +164,8 @@ class BoardScreen(FilteredScreen):
     half-open countdown, rolling counts, error %, rate, p50/p99 and a two-minute sparkline."""
 
     BINDINGS = [
-        Binding("s", "sort", "Sort", tooltip="Cycle the sort: name, state, error %, volume, p99"),
-        Binding("S", "reverse_sort", "Reverse", show=False),
+        Binding("s", "sort", "Sort", tooltip="Cycle the sort: state, error %, volume, p99, name"),
+        Binding("S", "reverse_sort", "Reverse sort", show=False, tooltip="Reverse the sort's direction"),
         Binding("v", "layout", "Layout", tooltip="Switch between cards and the wide table"),
         Binding(
             "space",
@@ -141,18 +179,24 @@ class BoardScreen(FilteredScreen):
     ]
     DEFAULT_CSS = """
     BoardScreen #layouts { height: 1fr; }
+    BoardScreen #sort-line { height: 1; padding: 0 1; color: $foreground-muted; }
     """
 
     def __init__(self) -> None:
         super().__init__()
-        self.sort_key = SortKey.NAME
+        self.sort_key = DEFAULT_SORT
         self.reverse = False
         self.marked: set[str] = set()
         self._order: list[str] = []
         self._sorted_at = float("-inf")
-        self._layout_chosen = False
+        self._layout_by_operator = False
+        """Set by ``v``: from then on the operator's layout stays, whatever the width."""
+        self._sort_shown: tuple[SortKey, bool, int] | None = None
+        self._carried: str | None = None
+        """The tool selected before a switch of layout, for the next draw to select again."""
 
     def compose_body(self) -> ComposeResult:
+        yield Static(id="sort-line", markup=False)
         with ContentSwitcher(initial="table", id="layouts"):
             yield BreakerTable(id="table")
             yield CardGrid()
@@ -165,21 +209,37 @@ class BoardScreen(FilteredScreen):
 
     def show(self, changes: Changes, now: float, *, full: bool = False) -> None:
         model = self.console_app.model
-        if not self._layout_chosen and model.tools:
-            self._layout_chosen = True
-            if len(model.tools) <= CARDS_UP_TO:
-                self._switch("cards")
+        if not self._layout_by_operator and model.tools:
+            layout = default_layout(self.app.size.width, len(model.tools))
+            if layout != self._layout:
+                self._switch(layout, focus=self.focused is None or self.focused.id in ("table", "cards"))
+        self._show_sort_line()
         rows = {r.tool_id: r for r in model.rows(now) if self._matches(r.tool_id)}
         if full or set(rows) != set(self._order) or now - self._sorted_at >= RESORT_S:
             self._order = [r.tool_id for r in sort_rows(list(rows.values()), self.sort_key, self.reverse)]
             self._sorted_at = now
         ordered = [rows[tool_id] for tool_id in self._order]
-        keep = self.selected_tool
+        keep, self._carried = self._carried or self.selected_tool, None
         marked = frozenset(self.marked)
         if self._layout == "table":
             self.query_one(BreakerTable).show(ordered, now, marked, keep)
         else:
             self.query_one(CardGrid).show(ordered, now, marked, keep)
+
+    def on_resize(self, event: events.Resize) -> None:
+        if not self._layout_by_operator:
+            self.redraw()  # the width may call for the other layout
+
+    def _show_sort_line(self) -> None:
+        """``sort: error % ↓ highest first · s next · S reverse``, redrawn only when it changes."""
+        shown = (self.sort_key, self.reverse, len(self.marked))
+        if shown == self._sort_shown:
+            return
+        self._sort_shown = shown
+        marked = f" · {len(self.marked)} marked (esc clears)" if self.marked else ""
+        label = (sort_label(self.sort_key, self.reverse), "bold $foreground")
+        line = Content.assemble("sort: ", label, "  ·  s next · S reverse", marked)
+        self.query_one("#sort-line", Static).update(line, layout=False)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         # During a replay space plays and pauses it, and there is nothing to act on.
@@ -211,18 +271,20 @@ class BoardScreen(FilteredScreen):
     def action_sort(self) -> None:
         keys = list(SortKey)
         self.sort_key = keys[(keys.index(self.sort_key) + 1) % len(keys)]
-        self.notify(f"sorted by {self.sort_key}", timeout=1.5)
-        self.redraw()
+        self.redraw()  # the sort line says what it is now: no toast over the board
 
     def action_reverse_sort(self) -> None:
         self.reverse = not self.reverse
         self.redraw()
 
-    def _switch(self, layout: str) -> None:
+    def _switch(self, layout: str, *, focus: bool = True) -> None:
+        self._carried = self._carried or self.selected_tool  # the other layout selects the same tool
         self.query_one(ContentSwitcher).current = layout
-        self.focus_body()
+        if focus:
+            self.focus_body()
 
     def action_layout(self) -> None:
+        self._layout_by_operator = True
         self._switch("cards" if self._layout == "table" else "table")
         self.redraw()
 

@@ -1,4 +1,9 @@
-"""The confirmation an operator action needs: what it does, to which tools, and why."""
+"""The confirmation an operator action needs: what it does, to which tools, and why.
+
+One rule, written in the dialog: ``y`` (or ``enter``) acts and ``n``/``esc`` cancels from the
+moment it opens; nothing has the focus, so no key typed at it becomes a reason. ``tab`` moves
+into the reason field, where keys type; ``enter`` there acts with the reason, ``esc`` cancels.
+"""
 
 from __future__ import annotations
 
@@ -21,27 +26,34 @@ EFFECTS = {
 }
 
 
+def keys_hint(action: str) -> str:
+    """The dialog's rule, as it shows it."""
+    return f"y {action} · n/esc cancel · tab: add a reason, then enter"
+
+
 @dataclass(frozen=True, slots=True)
 class Confirmed:
     reason: str
 
 
 class ConfirmActionModal(ModalScreen[Confirmed | None]):
-    """``y``/``enter`` confirms (with the typed reason), ``n``/``esc`` cancels."""
+    """``y``/``enter`` confirms (with the reason typed after ``tab``), ``n``/``esc`` cancels."""
 
+    AUTO_FOCUS = ""  # nothing focused: y and n are the dialog's keys, never the reason's text
     BINDINGS = [
         Binding("escape,n", "cancel", "Cancel"),
-        Binding("y", "confirm", "Confirm", show=False),
+        Binding("y,enter", "confirm", "Confirm", show=False),
     ]
     DEFAULT_CSS = """
     ConfirmActionModal { align: center middle; }
     ConfirmActionModal #dialog {
-        width: 72; height: auto; padding: 1 2;
+        width: 72; max-width: 100%; height: auto; padding: 1 2;
         border: thick $warning; background: $surface;
     }
     ConfirmActionModal #question { text-style: bold; margin-bottom: 1; }
     ConfirmActionModal #tools { margin-bottom: 1; }
-    ConfirmActionModal Input { margin-bottom: 1; }
+    ConfirmActionModal #keys { margin-top: 1; color: $text-muted; }
+    ConfirmActionModal Input { margin-top: 1; }
     ConfirmActionModal #buttons { height: auto; align-horizontal: right; }
     ConfirmActionModal Button { margin-left: 2; }
     """
@@ -63,13 +75,11 @@ class ConfirmActionModal(ModalScreen[Confirmed | None]):
                 id="tools",
             )
             yield Static(f"This will {EFFECTS[self.action]}.", markup=False)
-            yield Input(placeholder="reason (optional, recorded in the trace)", id="reason")
+            yield Static(keys_hint(self.action), id="keys", markup=False)
+            yield Input(placeholder="reason (optional, recorded in the audit)", id="reason")
             with Horizontal(id="buttons"):
                 yield Button("Cancel (n)", id="cancel")
                 yield Button(f"{self.action.capitalize()} (y)", id="confirm", variant="error")
-
-    def on_mount(self) -> None:
-        self.query_one("#reason", Input).focus()
 
     @on(Input.Submitted, "#reason")
     @on(Button.Pressed, "#confirm")

@@ -2,53 +2,74 @@
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.content import Content
-from textual.widgets import OptionList, Static
-from textual.widgets.option_list import Option
+from textual.widgets import DataTable, Static, Tree
 
-from console.model import Changes
-from console.screens.base import ConsoleScreen
+from console.model import Changes, TurnView
+from console.screens.base import ConsoleScreen, rich_text
+from console.screens.text import TextModal, field_text
+from console.widgets.item_table import ItemTable, Row, hint
 from console.widgets.turn_graph import OUTCOME_STYLE, TurnGraph, turn_label
 
 
+class TurnList(ItemTable):
+    """Recent turns, newest first; ``enter`` shows the selected one's graph."""
+
+    BINDINGS = [Binding("enter", "select_cursor", "Open", tooltip="Show the selected turn's graph")]
+
+
 class DependencyScreen(ConsoleScreen):
-    """Recent turns on the left; the selected one's graph on the right. Calls are nested under
-    what they depend on (a call with two dependencies appears under both); the view follows the
-    newest turn until the operator picks one (``f`` follows again)."""
+    """Recent turns on the left; the chosen one's graph on the right. Calls are nested under
+    what they depend on (a call with two dependencies appears under both). Following (``f``),
+    the list's cursor and the graph ride the newest turn; moving the cursor holds it on its turn
+    (new turns arriving above are counted), and ``enter`` shows that turn's graph."""
+
+    HELP_TITLE = "Dependencies"
 
     BINDINGS = [
-        Binding("f", "follow", "Follow", tooltip="Follow the newest turn"),
-        Binding("escape", "follow", "Follow", show=False),
+        Binding("f", "follow", "Follow", tooltip="Follow the newest turn, or hold the cursor on its turn"),
+        Binding("escape", "follow_newest", "Newest", tooltip="Back to following the newest turn"),
     ]
     DEFAULT_CSS = """
-    DependencyScreen #turns { width: 40; height: 1fr; border: none; border-right: vkey $panel-lighten-2; }
+    DependencyScreen #turns { width: 40; height: 1fr; max-height: 100%; border-right: vkey $panel-lighten-2; }
     DependencyScreen #summary { height: auto; padding: 0 1; }
+    DependencyScreen #turns-hint { height: 1; padding: 0 1; color: $foreground-muted; }
     """
 
     def __init__(self) -> None:
         super().__init__()
-        self.following = True
         self.turn_id: str | None = None
+        """The turn the graph shows."""
         self._shown: tuple[str, int] | None = None
         self._listed: list[tuple[str, str]] | None = None
         """The (turn, outcome) pairs the turn list shows."""
 
+    @property
+    def following(self) -> bool:
+        return self.query_one(TurnList).list_cursor.following
+
     def compose_body(self) -> ComposeResult:
         yield Static(id="summary")
+        yield Static(id="turns-hint")
         with Horizontal():
-            yield OptionList(id="turns")
+            yield TurnList("outcome", "turn", id="turns", show_header=False)
             yield TurnGraph(id="graph")
+
+    def on_mount(self) -> None:
+        self.query_one(TurnList).focus()
 
     def show(self, changes: Changes, now: float, *, full: bool = False) -> None:
         model = self.console_app.model
         if not (full or changes.turns):
             return
-        self._list_turns(full)
-        current = model.current_turn() if self.following else model.turns.get(self.turn_id or "")
+        newest = model.current_turn()
+        self._list_turns(full, newest)
+        current = newest if self.following else model.turns.get(self.turn_id or "")
         if current is None:
             self.query_one("#summary", Static).update(
                 "no turn yet" if self.following else f"turn {self.turn_id} is no longer kept"
@@ -59,41 +80,69 @@ class DependencyScreen(ConsoleScreen):
         if key != self._shown or full:
             self.query_one(TurnGraph).show(current)
             self._shown = key
-        follow = (
-            Content.styled("following the newest turn", "$foreground-muted")
-            if self.following
-            else Content("pinned — f follows the newest turn")
-        )
-        self.query_one("#summary", Static).update(Content.assemble(*turn_label(current), "   ", follow))
+        self._summary(current)
 
-    def _list_turns(self, full: bool) -> None:
+    def _summary(self, current: TurnView) -> None:
+        where = (
+            Content.styled("the graph follows the newest turn", "$foreground-muted")
+            if self.following
+            else Content("the graph holds this turn · enter shows the selected one")
+        )
+        self.query_one("#summary", Static).update(Content.assemble(*turn_label(current), "   ", where))
+
+    def _list_turns(self, full: bool, newest: TurnView | None) -> None:
         turns = list(reversed(self.console_app.model.turns.values()))
         listed = [(t.turn_id, t.outcome) for t in turns]
-        if listed == self._listed and not full:
-            return
-        self._listed = listed
-        options = self.query_one("#turns", OptionList)
-        highlighted = options.highlighted
-        options.set_options(
-            Option(
-                Content.assemble(
-                    (t.outcome.replace("_", " ")[:9].ljust(9), OUTCOME_STYLE.get(t.outcome, "")),
-                    " ",
+        table = self.query_one(TurnList)
+        if listed != self._listed or full:
+            self._listed = listed
+            variables = self.app.get_css_variables()
+            rows: list[Row] = [
+                (
                     t.turn_id,
-                ),
-                id=t.turn_id,
-            )
-            for t in turns
-        )
-        if highlighted is not None and turns:
-            options.highlighted = min(highlighted, len(turns) - 1)
+                    (
+                        rich_text(
+                            [(t.outcome.replace("_", " "), OUTCOME_STYLE.get(t.outcome, ""))], variables
+                        ),
+                        Text(t.turn_id),
+                    ),
+                )
+                for t in turns
+            ]
+            table.fill(rows, newest=newest.turn_id if newest is not None else None)
+        self._hint()
+
+    def _hint(self) -> None:
+        table = self.query_one(TurnList)
+        self.query_one("#turns-hint", Static).update(f"{table.row_count} turns · {hint(table.list_cursor)}")
 
     def action_follow(self) -> None:
-        self.following = True
+        table = self.query_one(TurnList)
+        table.follow(not table.list_cursor.following)
         self.redraw()
 
-    @on(OptionList.OptionSelected, "#turns")
-    def _pick(self, event: OptionList.OptionSelected) -> None:
-        self.following = False
-        self.turn_id = event.option.id
+    def action_follow_newest(self) -> None:
+        self.query_one(TurnList).follow(True)
+        self.redraw()
+
+    @on(DataTable.RowHighlighted, "#turns")
+    def _moved(self) -> None:
+        self._hint()
+        if not self.following and self.turn_id is not None and self.turn_id in self.console_app.model.turns:
+            self._summary(self.console_app.model.turns[self.turn_id])
+
+    @on(Tree.NodeSelected, "#graph")
+    def _open_call(self, event: Tree.NodeSelected[str]) -> None:
+        found = self.query_one(TurnGraph).fields_of(event.node)
+        if found is not None:
+            self.app.push_screen(TextModal(found[0], field_text(found[1])))
+
+    @on(DataTable.RowSelected, "#turns")
+    def _pick(self, event: DataTable.RowSelected) -> None:
+        table = self.query_one(TurnList)
+        if event.row_key.value is None:
+            return
+        if table.list_cursor.following:  # enter on the newest turn while following: hold it there
+            table.list_cursor.follow(False)
+        self.turn_id = str(event.row_key.value)
         self.redraw()

@@ -2,20 +2,50 @@
 
 from __future__ import annotations
 
+from rich.text import Text
+from textual import on
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.widgets import DataTable, Static
 
 from console import render
-from console.model import Changes
+from console.model import Changes, ConsoleModel, ManifestChange
 from console.screens.base import ConsoleScreen
+from console.screens.text import TextModal, clock_field, field_text
+from console.widgets.item_table import ItemTable, Row, hint
+
+
+def change_rows(model: ConsoleModel) -> list[tuple[str, ManifestChange]]:
+    """The kept changes, newest first, each keyed by its place among every change ever folded."""
+    first = model.manifest_change_count - len(model.manifest_changes) + 1
+    numbered = [(str(first + i), change) for i, change in enumerate(model.manifest_changes)]
+    return list(reversed(numbered))
+
+
+def change_fields(change: ManifestChange) -> list[tuple[str, object]]:
+    fields: list[tuple[str, object]] = [
+        ("time", clock_field(change.at)), ("change", change.what), ("tool", change.tool_id),
+        ("version", f"v{change.version}" if change.version is not None else None), ("digest", change.digest),
+        ("file", change.path),
+    ]  # fmt: skip
+    fields += [(f"error {i}", error) for i, error in enumerate(change.errors, 1)]
+    return fields
 
 
 class ManifestScreen(ConsoleScreen):
     """A hot reload shows here as it happens: the tool's row changes version, the change is
-    listed, and a refused file shows its errors while the last good version stays in force."""
+    listed, and a refused file shows its errors while the last good version stays in force.
+    ``enter`` on a row opens it in full (a tool's manifest, or a change with all its errors)."""
 
+    HELP_TITLE = "Manifests"
+
+    BINDINGS = [
+        Binding(
+            "f", "follow", "Follow", tooltip="Follow the newest change, or hold the cursor on its change"
+        ),
+    ]
     DEFAULT_CSS = """
     ManifestScreen .title { color: $accent; text-style: bold; padding: 0 1; }
     ManifestScreen #in-force { height: auto; max-height: 60%; margin: 0 1 1 1; }
@@ -26,19 +56,14 @@ class ManifestScreen(ConsoleScreen):
     def compose_body(self) -> ComposeResult:
         with VerticalScroll():
             yield Static(id="headline", classes="title")
-            yield DataTable(id="in-force", cursor_type="row", zebra_stripes=True)
+            yield ItemTable(
+                "tool", "version", "digest", "timeout", "attempts", "threshold", "loaded", "file",
+                flex="file", following=False, id="in-force",
+            )  # fmt: skip
             yield Static("Refused files", classes="title")
             yield Static(id="rejected")
-            yield Static("Recent changes", classes="title")
-            yield DataTable(id="changes", cursor_type="row", zebra_stripes=True)
-
-    def on_mount(self) -> None:
-        self.query_one("#in-force", DataTable).add_columns(
-            "tool", "version", "digest", "timeout", "attempts", "threshold", "loaded", "file"
-        )
-        self.query_one("#changes", DataTable).add_columns(
-            "time", "change", "tool", "version", "digest", "file"
-        )
+            yield Static("Recent changes", classes="title", id="changes-title")
+            yield ItemTable("time", "change", "tool", "version", "digest", "file", flex="file", id="changes")
 
     def show(self, changes: Changes, now: float, *, full: bool = False) -> None:
         if not (full or changes.manifests):
@@ -47,20 +72,20 @@ class ManifestScreen(ConsoleScreen):
         self.query_one("#headline", Static).update(
             f"Manifests in force — registry version {model.manifest_version}"
         )
-        table = self.query_one("#in-force", DataTable)
-        table.clear()
+        rows: list[Row] = []
         for tool_id, view in sorted(model.tools.items()):
             m = view.manifest
             if m is None:
-                table.add_row(tool_id, "—", "—", "—", "—", "—", "—", "defaults")
+                rows.append((tool_id, (Text(tool_id), "—", "—", "—", "—", "—", "—", "defaults")))
                 continue
             retry = m.content.get("retry_policy") or {}
-            table.add_row(
-                tool_id, f"v{m.version}", render.short_digest(m.digest),
+            rows.append((tool_id, (
+                Text(tool_id), f"v{m.version}", render.short_digest(m.digest),
                 render.duration(m.content.get("timeout_ms")), str(retry.get("max_attempts", "—")),
-                str(m.failure_threshold or "—"), render.clock(m.loaded_at) if m.loaded_at else "—", m.path,
-                key=tool_id,
-            )  # fmt: skip
+                str(m.failure_threshold or "—"), render.clock(m.loaded_at) if m.loaded_at else "—",
+                Text(m.path),
+            )))  # fmt: skip
+        self.query_one("#in-force", ItemTable).fill(rows)
         rejected = self.query_one("#rejected", Static)
         if model.rejected:
             lines = []
@@ -71,14 +96,52 @@ class ManifestScreen(ConsoleScreen):
             rejected.update(Content("\n").join(lines))
         else:
             rejected.update(Content.styled("none: every manifest file is valid", "$success"))
-        log = self.query_one("#changes", DataTable)
-        log.clear()
-        for change in reversed(model.manifest_changes):
+        log: list[Row] = []
+        for key, change in change_rows(model):
             what = change.what
             if change.what == "rejected" and change.errors:
                 what = f"rejected ({len(change.errors)} error(s))"
-            log.add_row(
-                render.clock(change.at) if change.at else "—", what, change.tool_id or "—",
+            log.append((key, (
+                render.clock(change.at) if change.at else "—", what, Text(change.tool_id or "—"),
                 f"v{change.version}" if change.version is not None else "—",
-                render.short_digest(change.digest), change.path,
-            )  # fmt: skip
+                render.short_digest(change.digest), Text(change.path),
+            )))  # fmt: skip
+        self.query_one("#changes", ItemTable).fill(log)
+        self._hint()
+
+    def _hint(self) -> None:
+        table = self.query_one("#changes", ItemTable)
+        title = Content.assemble("Recent changes  ", (hint(table.list_cursor), "$foreground-muted not bold"))
+        self.query_one("#changes-title", Static).update(title if table.row_count else "Recent changes")
+
+    def action_follow(self) -> None:
+        table = self.query_one("#changes", ItemTable)
+        table.follow(not table.list_cursor.following)
+        self._hint()
+
+    @on(DataTable.RowHighlighted, "#changes")
+    def _moved(self) -> None:
+        self._hint()
+
+    @on(DataTable.RowSelected, "#changes")
+    def _open_change(self, event: DataTable.RowSelected) -> None:
+        found = dict(change_rows(self.console_app.model)).get(str(event.row_key.value))
+        if found is not None:
+            title = f"manifest {found.what}: {found.tool_id or found.path}"
+            self.app.push_screen(TextModal(title, field_text(change_fields(found))))
+
+    @on(DataTable.RowSelected, "#in-force")
+    def _open_manifest(self, event: DataTable.RowSelected) -> None:
+        view = self.console_app.model.tools.get(str(event.row_key.value))
+        if view is None:
+            return
+        m = view.manifest
+        if m is None:
+            text = "no manifest: the defaults apply"
+        else:
+            head: list[tuple[str, object]] = [
+                ("version", f"v{m.version}"), ("digest", m.digest), ("file", m.path),
+                ("loaded", clock_field(m.loaded_at)),
+            ]  # fmt: skip
+            text = field_text([*head, *m.content.items()])
+        self.app.push_screen(TextModal(f"manifest in force: {view.tool_id}", text))

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.text import Text
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
@@ -13,8 +14,10 @@ from textual.content import Content
 from textual.widgets import DataTable, Static
 
 from console import render
-from console.model import CallTimeline, Changes, InFlight, ManifestView, ToolView
+from console.model import CallTimeline, Changes, ErrorRow, InFlight, ManifestView, ToolView, Transition
 from console.screens.base import ConsoleScreen
+from console.screens.text import TextModal, clock_field, field_text
+from console.widgets.item_table import ItemTable, Row, hint, unique_keys
 from console.widgets.timeline import RetryTimeline
 
 
@@ -69,7 +72,10 @@ def in_flight_lines(in_flight: Mapping[Any, InFlight], now: float) -> list[Conte
 class ToolScreen(ConsoleScreen):
     """Pushed from the board with ``enter``; ``esc`` goes back."""
 
-    BINDINGS = [Binding("escape", "app.pop_screen", "Back")]
+    BINDINGS = [
+        Binding("escape", "app.pop_screen", "Back", tooltip="Back to the board"),
+        Binding("f", "follow", "Follow", tooltip="The focused list follows its newest row, or holds its row"),
+    ]
     DEFAULT_CSS = """
     ToolScreen #headline { height: auto; padding: 0 1; text-style: bold; }
     ToolScreen #columns { height: 1fr; }
@@ -85,6 +91,8 @@ class ToolScreen(ConsoleScreen):
         self.tool_id = tool_id
         self._shown_version = -1
         self._timelines: tuple[ToolView, int, list[CallTimeline]] | None = None
+        self._error_rows: dict[str, ErrorRow] = {}
+        self._history_rows: dict[str, Transition] = {}
 
     def compose_body(self) -> ComposeResult:
         yield Static(id="headline")
@@ -94,17 +102,13 @@ class ToolScreen(ConsoleScreen):
                 yield RetryTimeline(classes="section", id="timeline")
                 yield Static("In flight", classes="title")
                 yield Static(id="in-flight", classes="section")
-                yield Static("Recent errors", classes="title")
-                yield DataTable(id="errors", cursor_type="row", zebra_stripes=True)
+                yield Static("Recent errors", classes="title", id="errors-title")
+                yield ItemTable("time", "call", "#", "kind", "then", "reason", flex="reason", id="errors")
             with VerticalScroll(id="right"):
                 yield Static("Policy", classes="title")
                 yield Static(id="policy", classes="section", markup=False)
-                yield Static("State history", classes="title")
-                yield DataTable(id="history", cursor_type="row", zebra_stripes=True)
-
-    def on_mount(self) -> None:
-        self.query_one("#errors", DataTable).add_columns("time", "call", "#", "kind", "then", "reason")
-        self.query_one("#history", DataTable).add_columns("time", "from", "to", "by", "reason")
+                yield Static("State history", classes="title", id="history-title")
+                yield ItemTable("time", "from", "to", "by", "reason", flex="reason", id="history")
 
     def selected_tools(self) -> list[str]:
         return [self.tool_id]
@@ -153,18 +157,88 @@ class ToolScreen(ConsoleScreen):
         )
         return Content.assemble(*parts)
 
+    # --- the lists: the cursor stays on its row, enter opens it whole ---------------------------
+
     def _errors(self, view: ToolView) -> None:
-        table = self.query_one("#errors", DataTable)
-        table.clear()
-        for e in reversed(view.errors):
+        self._error_rows = dict(error_rows(view.errors))
+        rows: list[Row] = []
+        for key, e in reversed(self._error_rows.items()):
             where = render.call_where(e.turn_id, e.call_id)
             status = f" {e.status_code}" if e.status_code else ""
             kind = f"{e.kind}{status} ({e.error_class})"
-            table.add_row(render.clock(e.at), where, str(e.attempt), kind, e.decision, Text(e.reason))
+            rows.append(
+                (key, (render.clock(e.at), Text(where), str(e.attempt), kind, e.decision, Text(e.reason)))
+            )
+        self.query_one("#errors", ItemTable).fill(rows)
+        self._hints()
 
     def _history(self, view: ToolView) -> None:
-        table = self.query_one("#history", DataTable)
-        table.clear()
-        for tr in reversed(view.history):
-            row = (render.clock(tr.at), str(tr.from_state), str(tr.to_state), Text(tr.actor), Text(tr.reason))
-            table.add_row(*row)
+        self._history_rows = dict(history_rows(view.history))
+        rows: list[Row] = [
+            (
+                key,
+                (render.clock(tr.at), str(tr.from_state), str(tr.to_state), Text(tr.actor), Text(tr.reason)),
+            )
+            for key, tr in reversed(self._history_rows.items())
+        ]
+        self.query_one("#history", ItemTable).fill(rows)
+        self._hints()
+
+    def _hints(self) -> None:
+        for name, title in (("errors", "Recent errors"), ("history", "State history")):
+            table = self.query_one(f"#{name}", ItemTable)
+            shown = Content.assemble(
+                title, "  ", (hint(table.list_cursor, short=True), "$foreground-muted not bold")
+            )
+            self.query_one(f"#{name}-title", Static).update(shown if table.row_count else title)
+
+    def action_follow(self) -> None:
+        focused = self.focused
+        table = focused if isinstance(focused, ItemTable) else self.query_one("#errors", ItemTable)
+        table.follow(not table.list_cursor.following)
+        self._hints()
+
+    @on(DataTable.RowHighlighted)
+    def _moved(self) -> None:
+        self._hints()
+
+    @on(DataTable.RowSelected, "#errors")
+    def _open_error(self, event: DataTable.RowSelected) -> None:
+        found = self._error_rows.get(str(event.row_key.value))
+        if found is not None:
+            where = render.call_where(found.turn_id, found.call_id)
+            title = f"{self.tool_id} · error on {where} #{found.attempt}"
+            self.app.push_screen(TextModal(title, field_text(error_fields(found))))
+
+    @on(DataTable.RowSelected, "#history")
+    def _open_transition(self, event: DataTable.RowSelected) -> None:
+        found = self._history_rows.get(str(event.row_key.value))
+        if found is not None:
+            title = f"{self.tool_id} · {found.from_state} → {found.to_state}"
+            self.app.push_screen(TextModal(title, field_text(transition_fields(found))))
+
+
+def error_rows(errors: Sequence[ErrorRow]) -> list[tuple[str, ErrorRow]]:
+    """The errors, oldest first, each with the key its row keeps while newer ones arrive."""
+    keys = unique_keys([f"{e.t}/{e.turn_id}/{e.call_id}/{e.attempt}" for e in errors])
+    return list(zip(keys, errors, strict=True))
+
+
+def history_rows(history: Sequence[Transition]) -> list[tuple[str, Transition]]:
+    keys = unique_keys([f"{tr.t}/{tr.from_state}/{tr.to_state}/{tr.actor}" for tr in history])
+    return list(zip(keys, history, strict=True))
+
+
+def error_fields(e: ErrorRow) -> list[tuple[str, object]]:
+    return [
+        ("time", clock_field(e.at)), ("turn", e.turn_id), ("call", e.call_id), ("attempt", e.attempt),
+        ("kind", e.kind), ("status", e.status_code), ("class", e.error_class), ("then", e.decision),
+        ("reason", e.reason), ("message", e.message),
+    ]  # fmt: skip
+
+
+def transition_fields(tr: Transition) -> list[tuple[str, object]]:
+    return [
+        ("time", clock_field(tr.at)), ("from", tr.from_state), ("to", tr.to_state), ("by", tr.actor),
+        ("reason", tr.reason),
+    ]  # fmt: skip

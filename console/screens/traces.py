@@ -7,6 +7,7 @@ page of a million-event store costs what the first does.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -17,21 +18,25 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
-from textual.widgets import DataTable, Input, Select, Static
+from textual.widgets import DataTable, Input, Select, Static, Tree
 
 from console import render
 from console.model import Changes, ConsoleModel, TurnView
 from console.replay import seeds_from
 from console.screens.base import ConsoleScreen, rich_text
+from console.screens.text import TextModal, event_fields, field_text
 from console.traces import UsageError, parse_when
+from console.widgets.item_table import ItemTable, Row, hint
 from console.widgets.turn_graph import OUTCOME_STYLE, TurnGraph
-from engine.events import ToolResultSent
-from engine.store import StoredTurn, TraceStore, TraceStoreError, TurnPage, TurnRow
+from engine.events import Event, ToolResultSent
+from engine.store import AttemptRow, StoredTurn, TraceStore, TraceStoreError, TurnPage, TurnRow
 
 PAGE = 50
 OUTCOMES = ("ok", "degraded", "failed", "timed_out", "canceled", "interrupted", "running")
 REFRESH_S = 2.0
 """The first page is queried again this often while shown: new turns appear."""
+NARROW = 120
+"""Below this many columns an opened turn stacks its panels: the timeline gets the full width."""
 
 
 def parse_since(text: str) -> float | None:
@@ -49,6 +54,36 @@ def _clock(at: float | None) -> str:
     return datetime.fromtimestamp(at).strftime("%Y-%m-%d %H:%M:%S") if at else "—"
 
 
+def _started(at: float | None) -> str:
+    """A turn's start in the list: no year, so the summary keeps its room at 80 columns."""
+    return datetime.fromtimestamp(at).strftime("%m-%d %H:%M:%S") if at else "—"
+
+
+def page_line(page: int, rows: int, *, more: bool, pressed_past_end: bool = False) -> Content:
+    """What the line under the list says about paging: where it is, and where ``n``/``b`` go."""
+    parts: list[str | tuple[str, str]] = [f"page {page} · {rows} turns"]
+    if more:
+        parts.append(" · n older")
+    else:
+        parts.append((" · last page: no older turns", "bold $warning" if pressed_past_end else "bold"))
+    parts.append(" · b newer" if page > 1 else "")
+    return Content.assemble(*parts)
+
+
+def turn_row(row: TurnRow, variables: Mapping[str, str]) -> Row:
+    outcome = rich_text([(row.outcome.replace("_", " "), OUTCOME_STYLE.get(row.outcome, ""))], variables)
+    ms = f"{row.duration_ms:,.0f}" if row.duration_ms is not None else "—"
+    cells = (
+        _started(row.started_at),
+        Text(row.turn_id),
+        outcome,
+        str(row.calls),
+        ms,
+        Text(row.summary or ""),
+    )
+    return row.turn_id, cells
+
+
 @dataclass(frozen=True, slots=True)
 class TraceQuery:
     tool: str | None
@@ -57,17 +92,28 @@ class TraceQuery:
     until: float | None
 
 
+class TurnTable(ItemTable):
+    """The stored turns, newest first; ``enter`` opens one."""
+
+    BINDINGS = [Binding("enter", "select_cursor", "Open", tooltip="Open the selected turn: timeline, graph")]
+
+
 class TraceBrowserScreen(ConsoleScreen):
     """Turns newest first; ``/`` filters (tool, outcome, since, until), ``n``/``b`` page,
-    ``enter`` opens a turn, ``R`` replays it, ``A`` replays every turn in the filter's time range."""
+    ``enter`` opens a turn, ``R`` replays it, ``A`` replays every turn in the filter's time range.
+    The first page is read again every few seconds: the cursor stays on its turn (``f`` makes it
+    ride the newest instead), and turns that arrive above it are counted."""
+
+    HELP_TITLE = "Traces"
 
     BINDINGS = [
         Binding("slash", "filter", "Filter", tooltip="Filter by tool, outcome and time"),
         Binding("n", "page(1)", "Next", tooltip="The next (older) page"),
         Binding("b", "page(-1)", "Prev", tooltip="The previous (newer) page"),
+        Binding("f", "follow", "Follow", tooltip="Follow the newest turn, or hold the cursor on its turn"),
         Binding("R", "replay_turn", "Replay", tooltip="Replay the selected turn through the board"),
         Binding("A", "replay_range", "Replay range", tooltip="Replay the filter's time range"),
-        Binding("escape", "leave_filter", "Back", show=False),
+        Binding("escape", "leave_filter", "Back to the list", show=False),
     ]
     DEFAULT_CSS = """
     TraceBrowserScreen #filters { height: 3; padding: 0 1; }
@@ -86,6 +132,8 @@ class TraceBrowserScreen(ConsoleScreen):
         self._store: TraceStore | None = None
         self._problem: str | None = None
         self._queried_at = float("-inf")
+        self._past_end = False
+        """``n`` was pressed on the last page: the page line says so more loudly."""
 
     def compose_body(self) -> ComposeResult:
         with Horizontal(id="filters"):
@@ -93,14 +141,11 @@ class TraceBrowserScreen(ConsoleScreen):
             yield Select([(o.replace("_", " "), o) for o in OUTCOMES], prompt="any outcome", id="outcome")
             yield Input(placeholder="since: 30m, 2h, 7d or ISO", id="since")
             yield Input(placeholder="until", id="until")
-        yield DataTable(id="turns", cursor_type="row", zebra_stripes=True)
+        yield TurnTable("started", "turn", "outcome", "calls", "ms", "summary", flex="summary", id="turns")
         yield Static(id="page")
 
     def on_mount(self) -> None:
-        self.query_one("#turns", DataTable).add_columns(
-            "started", "turn", "outcome", "calls", "ms", "summary"
-        )
-        self.query_one("#turns", DataTable).focus()
+        self.query_one(TurnTable).focus()
 
     # --- the store ---------------------------------------------------------------------------
 
@@ -160,33 +205,26 @@ class TraceBrowserScreen(ConsoleScreen):
         self.app.call_from_thread(self._show_page, page)
 
     def _show_page(self, page: TurnPage) -> None:
-        table = self.query_one("#turns", DataTable)
-        keep = self.selected_turn
         variables = self.app.get_css_variables()
-        table.clear()
-        for row in page.rows:
-            table.add_row(
-                _clock(row.started_at), Text(row.turn_id),
-                rich_text([(row.outcome.replace("_", " "), OUTCOME_STYLE.get(row.outcome, ""))], variables),
-                str(row.calls), f"{row.duration_ms:,.0f}" if row.duration_ms is not None else "—",
-                Text(row.summary or ""), key=row.turn_id,
-            )  # fmt: skip
+        self.query_one(TurnTable).fill([turn_row(row, variables) for row in page.rows])
         self._rows, self._next = page.rows, page.next_cursor
-        if keep is not None and any(r.turn_id == keep for r in page.rows):
-            table.move_cursor(row=table.get_row_index(keep))
-        more = " · n next" if page.next_cursor else ""
-        back = " · b previous" if len(self._cursors) > 1 else ""
-        self._say(f"page {len(self._cursors)} · {len(page.rows)} turns{more}{back}")
+        self._page_line()
+
+    def _page_line(self) -> None:
+        table = self.query_one(TurnTable)
+        line = page_line(
+            len(self._cursors), len(self._rows), more=self._next is not None, pressed_past_end=self._past_end
+        )
+        if len(self._cursors) == 1:  # only the first page is read again as turns arrive
+            line = Content.assemble(line, " · ", hint(table.list_cursor))
+        self.query_one("#page", Static).update(line)
 
     def _say(self, text: str) -> None:
         self.query_one("#page", Static).update(text)
 
     @property
     def selected_turn(self) -> str | None:
-        table = self.query_one("#turns", DataTable)
-        if not self._rows or table.cursor_row >= len(self._rows):
-            return None
-        return self._rows[table.cursor_row].turn_id
+        return self.query_one(TurnTable).selected_key
 
     # --- actions -----------------------------------------------------------------------------
 
@@ -194,7 +232,12 @@ class TraceBrowserScreen(ConsoleScreen):
         self.query_one("#tool", Input).focus()
 
     def action_leave_filter(self) -> None:
-        self.query_one("#turns", DataTable).focus()
+        self.query_one(TurnTable).focus()
+
+    def action_follow(self) -> None:
+        table = self.query_one(TurnTable)
+        table.follow(not table.list_cursor.following)
+        self._page_line()
 
     def action_page(self, direction: int) -> None:
         if direction > 0 and self._next is not None:
@@ -202,15 +245,27 @@ class TraceBrowserScreen(ConsoleScreen):
         elif direction < 0 and len(self._cursors) > 1:
             self._cursors.pop()
         else:
+            self._past_end = direction > 0  # nowhere to go: say it, louder for n on the last page
+            if self._rows:
+                self._page_line()
             return
+        self._past_end = False
+        self.query_one(TurnTable).list_cursor.reset()
         self._load()
 
     @on(Input.Submitted)
     @on(Select.Changed)
     def _filter_changed(self) -> None:
         self._cursors = [None]
+        self._past_end = False
+        self.query_one(TurnTable).list_cursor.reset()
         self._load()
-        self.query_one("#turns", DataTable).focus()
+        self.query_one(TurnTable).focus()
+
+    @on(DataTable.RowHighlighted, "#turns")
+    def _moved(self) -> None:
+        if self._rows:
+            self._page_line()
 
     @on(DataTable.RowSelected, "#turns")
     def _open(self, event: DataTable.RowSelected) -> None:
@@ -250,24 +305,64 @@ def model_texts(stored: StoredTurn) -> list[tuple[str, str, bool, str]]:
     ]
 
 
+def timeline_row(index: int, event: Event, start: float) -> Row:
+    call = Text(getattr(event, "call_id", "") or "")
+    # Text, never markup: errors and reasons come from outside.
+    return str(index), (f"{(event.t - start) * 1000:,.0f}", event.event_type, call, Text(event.describe()))
+
+
+def attempt_row(index: int, a: AttemptRow) -> Row:
+    cells = (
+        Text(a.call_id), Text(a.tool_id), str(a.attempt), a.outcome, Text(a.kind or ""),
+        Text(a.error_class or ""), str(a.status_code or ""), render.duration(a.latency_ms),
+        Text(a.fault_type or ""),
+    )  # fmt: skip
+    return str(index), cells
+
+
+def attempt_fields(a: AttemptRow) -> list[tuple[str, object]]:
+    return [
+        ("call", a.call_id), ("tool", a.tool_id), ("attempt", a.attempt), ("outcome", a.outcome),
+        ("kind", a.kind), ("class", a.error_class), ("status", a.status_code), ("message", a.message),
+        ("latency", render.duration(a.latency_ms)), ("fault", a.fault_type), ("value", a.value),
+        ("at", _clock(a.at)),
+    ]  # fmt: skip
+
+
+class StaticTable(ItemTable):
+    """A stored turn's rows: nothing arrives, so the cursor starts on the first and stays put."""
+
+    def __init__(self, *columns: str, flex: str | None = None, id: str | None = None) -> None:
+        super().__init__(*columns, flex=flex, following=False, id=id)
+
+
 class TraceScreen(ConsoleScreen):
     """One stored turn: its events on a timeline, the graph as it ended, every attempt with its
-    error and classification, and the exact text the model received. ``R`` replays it."""
+    error and classification, and the exact text the model received. ``enter`` opens a
+    timeline or attempt row in full; ``R`` replays the turn. Under ``NARROW`` columns the
+    panels stack, the timeline first and as wide as the screen."""
+
+    HELP_TITLE = "A stored turn"
 
     BINDINGS = [
-        Binding("escape", "app.pop_screen", "Back"),
+        Binding("escape", "app.pop_screen", "Back", tooltip="Back to the list of turns"),
         Binding("R", "replay", "Replay", tooltip="Replay this turn through the board"),
     ]
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (NARROW, "-wide")]
     DEFAULT_CSS = """
     TraceScreen #headline { height: auto; padding: 0 1; }
     TraceScreen #columns { height: 1fr; }
     TraceScreen .title { color: $accent; text-style: bold; padding: 0 1; }
-    TraceScreen #left { width: 1fr; }
-    TraceScreen #right { width: 1fr; }
-    TraceScreen #timeline { height: 1fr; min-height: 8; }
+    TraceScreen #left { width: 3fr; }
+    TraceScreen #right { width: 2fr; }
+    TraceScreen #timeline { height: 1fr; min-height: 8; scrollbar-size-horizontal: 0; }
     TraceScreen #attempts { height: auto; max-height: 12; scrollbar-size-horizontal: 0; }
     TraceScreen TurnGraph { height: auto; max-height: 14; }
     TraceScreen #model { height: auto; padding: 0 1; }
+    TraceScreen.-narrow #columns { layout: vertical; }
+    TraceScreen.-narrow #left { width: 1fr; height: 3fr; min-height: 6; }
+    TraceScreen.-narrow #right { width: 1fr; height: 2fr; }
+    TraceScreen.-narrow #timeline { min-height: 4; }
     """
 
     def __init__(self, turn_id: str) -> None:
@@ -280,20 +375,21 @@ class TraceScreen(ConsoleScreen):
         with Horizontal(id="columns"):
             with Vertical(id="left"):
                 yield Static("Timeline", classes="title")
-                yield DataTable(id="timeline", cursor_type="row", zebra_stripes=True)
+                yield StaticTable(
+                    "+ms", "event", "call", "what happened", flex="what happened", id="timeline"
+                )
             with VerticalScroll(id="right"):
                 yield Static("As it ended", classes="title")
                 yield TurnGraph(id="graph")
                 yield Static("Attempts", classes="title")
-                yield DataTable(id="attempts", cursor_type="row", zebra_stripes=True)
+                yield StaticTable(
+                    "call", "tool", "#", "outcome", "kind", "class", "status", "ms", "fault", id="attempts"
+                )
                 yield Static("What the model received", classes="title")
                 yield Static(id="model", markup=False)
 
     def on_mount(self) -> None:
-        self.query_one("#timeline", DataTable).add_columns("+ms", "event", "call", "what happened")
-        self.query_one("#attempts", DataTable).add_columns(
-            "call", "tool", "#", "outcome", "kind", "class", "status", "ms", "fault"
-        )
+        self.query_one("#timeline", StaticTable).focus()
         self._load()
 
     @work(thread=True, exclusive=True, group="trace-turn", exit_on_error=False)
@@ -325,21 +421,14 @@ class TraceScreen(ConsoleScreen):
                 (f"\n{row.summary}" if row.summary else "", "$foreground-muted"),
             )
         )  # fmt: skip
-        timeline = self.query_one("#timeline", DataTable)
         start = stored.events[0].t if stored.events else 0.0
-        for event in stored.events:
-            timeline.add_row(
-                f"{(event.t - start) * 1000:,.0f}", event.event_type, getattr(event, "call_id", "") or "",
-                Text(event.describe()),  # text, never markup: errors and reasons come from outside
-            )  # fmt: skip
+        timeline = [timeline_row(i, event, start) for i, event in enumerate(stored.events)]
+        self.query_one("#timeline", StaticTable).fill(timeline)
         if graph is not None:
             self.query_one(TurnGraph).show(graph)
-        attempts = self.query_one("#attempts", DataTable)
-        for a in stored.attempts:
-            attempts.add_row(
-                a.call_id, a.tool_id, str(a.attempt), a.outcome, a.kind or "", a.error_class or "",
-                str(a.status_code or ""), render.duration(a.latency_ms), a.fault_type or "",
-            )  # fmt: skip
+        self.query_one("#attempts", StaticTable).fill(
+            [attempt_row(i, a) for i, a in enumerate(stored.attempts)]
+        )
         texts = model_texts(stored)
         if texts:
             blocks = [
@@ -357,6 +446,30 @@ class TraceScreen(ConsoleScreen):
                     "$foreground-muted",
                 )
             )
+
+    @on(DataTable.RowSelected, "#timeline")
+    def _open_event(self, event: DataTable.RowSelected) -> None:
+        if self.stored is None or event.row_key.value is None:
+            return
+        index = int(event.row_key.value)
+        shown = self.stored.events[index]
+        start = self.stored.events[0].t
+        title = f"{self.turn_id} · +{(shown.t - start) * 1000:,.0f} ms · {shown.event_type}"
+        self.app.push_screen(TextModal(title, field_text(event_fields(shown.to_dict()))))
+
+    @on(Tree.NodeSelected, "#graph")
+    def _open_call(self, event: Tree.NodeSelected[str]) -> None:
+        found = self.query_one(TurnGraph).fields_of(event.node)
+        if found is not None:
+            self.app.push_screen(TextModal(found[0], field_text(found[1])))
+
+    @on(DataTable.RowSelected, "#attempts")
+    def _open_attempt(self, event: DataTable.RowSelected) -> None:
+        if self.stored is None or event.row_key.value is None:
+            return
+        attempt = self.stored.attempts[int(event.row_key.value)]
+        title = f"{self.turn_id} · {attempt.call_id} attempt {attempt.attempt} ({attempt.tool_id})"
+        self.app.push_screen(TextModal(title, field_text(attempt_fields(attempt))))
 
     def action_replay(self) -> None:
         self.console_app.start_replay(turn_id=self.turn_id)

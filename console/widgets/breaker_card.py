@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from textual import events
 from textual.content import Content
+from textual.message import Message
 from textual.widgets import Static
 
 from console import render
@@ -20,6 +22,9 @@ class BreakerCard(Static):
         │ ✓12 ✗3 ◷0 ⊘5 ↷1                    │
         │ fails 5/5   p50 120ms  p99 2.1s    │
         ╰─────────── ● OPEN · half-open in 27s ╯
+
+    The selected card reads ``▶`` before its name, on a reversed title; a marked one ``✓``:
+    glyphs and reverse video, which 16 colours and ``NO_COLOR`` keep, not only a shade.
     """
 
     DEFAULT_CSS = """
@@ -37,27 +42,53 @@ class BreakerCard(Static):
             border: double $error; border-subtitle-color: $error; border-subtitle-style: bold reverse;
         }
         &.-disabled { border: dashed $foreground-muted; border-subtitle-color: $foreground-muted; }
-        &.-selected { background: $boost; }
-        &.-marked { border-title-style: bold reverse; }
+        &.-selected { background: $boost; border-title-style: bold reverse; }
+        &.-marked { border-title-color: $accent; }
+        &.-marked.-selected { border-title-color: $foreground; }
     }
     """
+
+    class Clicked(Message):
+        """The operator clicked the card; ``chain`` is 2 for a double click."""
+
+        def __init__(self, tool_id: str, chain: int) -> None:
+            super().__init__()
+            self.tool_id = tool_id
+            self.chain = chain
 
     def __init__(self, tool_id: str) -> None:
         super().__init__(id=None, markup=False)
         self.tool_id = tool_id
-        self.border_title = render.middle_truncate(tool_id, CARD_WIDTH - 16)
+        self._name = render.middle_truncate(tool_id, CARD_WIDTH - 16)
+        self.border_title = self._name
         self._shown: tuple[object, ...] | None = None
+        self._look: tuple[bool, bool] = (False, False)
+
+    def on_click(self, event: events.Click) -> None:
+        self.post_message(self.Clicked(self.tool_id, event.chain))
+
+    @property
+    def marked(self) -> bool:
+        return self._look[1]
+
+    def select(self, *, selected: bool, marked: bool) -> None:
+        """Show the card as selected (``▶``, reversed title) and/or marked (``✓``) or not."""
+        if (selected, marked) == self._look:
+            return
+        self._look = (selected, marked)
+        self.set_class(selected, "-selected")
+        self.set_class(marked, "-marked")
+        self.border_title = f"{'▶ ' if selected else ''}{'✓ ' if marked else ''}{self._name}"
 
     def show(self, row: BoardRow, now: float, *, selected: bool, marked: bool) -> None:
+        self.select(selected=selected, marked=marked)
         half_open = render.countdown(row.half_open_at - now) if row.half_open_at is not None else ""
-        key = (row, half_open, selected, marked)
+        key = (row, half_open)
         if key == self._shown:
             return
         self._shown = key
         for state_class in render.STATE_CLASS.values():
             self.set_class(state_class == render.STATE_CLASS[row.state], f"-{state_class}")
-        self.set_class(selected, "-selected")
-        self.set_class(marked, "-marked")
         subtitle = render.state_label(row.state)
         self.border_subtitle = f"{subtitle} · half-open {half_open}" if half_open else subtitle
         w = row.window

@@ -37,21 +37,24 @@ class Column:
 
 COLUMNS: tuple[Column, ...] = (
     Column("mark", "", 2, False, 0),
-    Column("tool", "TOOL", 22, False, 0),
+    Column("tool", "TOOL", 20, False, 0),
     Column("state", "STATE", 13, False, 0),
-    Column("fails", "FAILS", 6, True, 1),
-    Column("half_open", "HALF-OPEN", 10, True, 1),
-    Column("error", "ERR%", 7, True, 0),
-    Column("rate", "RATE/s", 7, True, 2),
+    Column("fails", "FAILS", 5, True, 2),
+    Column("half_open", "HALF-OPEN", 13, True, 2),
+    Column("error", "ERR%", 6, True, 1),
+    Column("rate", "RATE/s", 6, True, 5),
     Column("ok", "OK", 6, True, 3),
     Column("failed", "FAIL", 6, True, 3),
-    Column("timeout", "TMO", 5, True, 4),
-    Column("rejected", "REJ", 5, True, 4),
-    Column("skipped", "SKIP", 5, True, 5),
-    Column("p50", "P50", 8, True, 2),
-    Column("p99", "P99", 8, True, 2),
-    Column("spark", "CALLS, LAST 2 MIN", 0, False, 6),
+    Column("timeout", "TMO", 4, True, 7),
+    Column("rejected", "REJ", 4, True, 7),
+    Column("skipped", "SKIP", 4, True, 7),
+    Column("p50", "P50", 7, True, 6),
+    Column("p99", "P99", 7, True, 4),
+    Column("spark", "CALLS, LAST 2 MIN", 0, False, 8),
 )
+"""Left to right as shown. By priority: the tool and its state; error %; failures against the
+threshold and the half-open countdown; the window's calls (ok, failed); p99; rate; p50; then
+timeouts, rejections, skips; the sparkline last."""
 _COUNTS = {
     "ok": "successes",
     "failed": "failures",
@@ -66,17 +69,24 @@ SPARK_MAX = 60
 
 @functools.cache
 def fit_columns(width: int) -> tuple[tuple[Column, int], ...]:
-    """The columns that fit ``width``, in table order, with their widths: the sparkline takes
-    what is left (up to ``SPARK_MAX``)."""
+    """The columns that fit ``width``, in table order, with their widths.
+
+    Whole priority levels are taken in order until one does not fit; nothing of a lower
+    priority is then shown, even if it would fit the gap (greedy fitting showed TMO at 80
+    columns and dropped OK, FAIL and P99). The first level is always shown. The sparkline
+    takes what is left, up to ``SPARK_MAX``.
+    """
     chosen: list[Column] = []
-    used = 0
-    for column in sorted(COLUMNS, key=lambda c: c.priority):
-        need = (column.width or SPARK_MIN) + 1
-        if used + need <= width:
-            chosen.append(column)
-            used += need
+    used = -1  # n columns need n - 1 gaps
+    for priority in sorted({c.priority for c in COLUMNS}):
+        level = [c for c in COLUMNS if c.priority == priority]
+        need = sum((c.width or SPARK_MIN) + 1 for c in level)
+        if chosen and used + need > width:
+            break
+        chosen += level
+        used += need
     fixed = sum(c.width + 1 for c in chosen if c.key != "spark")
-    spark = max(SPARK_MIN, min(SPARK_MAX, width - fixed - 1))
+    spark = max(SPARK_MIN, min(SPARK_MAX, width - fixed))
     return tuple((c, c.width or spark) for c in COLUMNS if c in chosen)
 
 
@@ -104,7 +114,8 @@ class BreakerTable(ScrollView, can_focus=True):
         background: $surface;
         & > .breaker-table--header { text-style: bold; color: $foreground-muted; }
         & > .breaker-table--cursor { background: $block-cursor-blurred-background; }
-        &:focus > .breaker-table--cursor { background: $block-cursor-background; }
+        &:focus > .breaker-table--cursor { background: $block-cursor-background; text-style: bold; }
+        &:nocolor > .breaker-table--cursor { text-style: bold reverse; }
         & > .breaker-table--closed { color: $success; }
         & > .breaker-table--open { color: $error; text-style: bold; }
         & > .breaker-table--half-open { color: $warning; text-style: bold; }
@@ -281,7 +292,7 @@ class BreakerTable(ScrollView, can_focus=True):
         segments: list[Segment] = []
         gap = Segment(" ", base)
         for column, size in fit_columns(width):
-            text, style = self._cell(column.key, row, half_open, marked, size, base, muted)
+            text, style = self._cell(column.key, row, half_open, selected, marked, base, muted, size)
             segments.append(Segment(_cell(text, size, column.right), style))
             segments.append(gap)
         strip = _strip(segments, width, base)
@@ -289,10 +300,11 @@ class BreakerTable(ScrollView, can_focus=True):
         return strip
 
     def _cell(
-        self, key: str, row: BoardRow, half_open: str, marked: bool, size: int, base: Style, muted: Style
-    ) -> tuple[str, Style]:
-        if key == "mark":
-            return ("✓" if marked else ""), base + self._style("mark")
+        self, key: str, row: BoardRow, half_open: str, selected: bool, marked: bool, base: Style,
+        muted: Style, size: int,
+    ) -> tuple[str, Style]:  # fmt: skip
+        if key == "mark":  # the cursor is a glyph too, not only a shade: NO_COLOR drops shades
+            return ("▶" if selected else " ") + ("✓" if marked else ""), base + self._style("mark")
         if key == "tool":
             return render.middle_truncate(row.tool_id, size), base
         if key == "state":

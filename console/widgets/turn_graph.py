@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import ClassVar
 
+from textual.binding import Binding, BindingType
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
@@ -51,6 +53,26 @@ def call_label(node: CallNode) -> Parts:
     return parts
 
 
+def call_fields(node: CallNode, turn_id: str) -> list[tuple[str, object]]:
+    """One call of a turn, every field whole (the graph's line is cut at its width)."""
+    return [
+        ("turn", turn_id), ("call", node.call_id), ("tool", node.tool_id), ("served by", node.served_by),
+        ("outcome", node.label.upper()), ("reason", node.reason), ("attempts", node.attempts),
+        ("depends on", ", ".join(node.depends_on)), ("optional", "yes" if node.optional else "no"),
+        ("default", "used" if node.used_default else "declared" if node.has_default else "none"),
+    ]  # fmt: skip
+
+
+def turn_fields(turn: TurnView) -> list[tuple[str, object]]:
+    return [
+        ("turn", turn.turn_id), ("outcome", turn.outcome.upper().replace("_", " ")),
+        ("summary", turn.summary),
+        ("duration", f"{turn.duration_ms:,.0f} ms" if turn.duration_ms is not None else None),
+        ("deadline", f"{turn.deadline_ms:,.0f} ms" if turn.deadline_ms is not None else None),
+        ("calls", ", ".join(turn.calls)),
+    ]  # fmt: skip
+
+
 def turn_label(turn: TurnView) -> Parts:
     return [
         (turn.turn_id, "bold"),
@@ -64,6 +86,12 @@ class TurnGraph(Tree[str]):
     """Redrawn in place while the turn keeps its shape, so expansion and the cursor survive;
     a call with two dependencies appears under both."""
 
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding(
+            "enter", "select_cursor", "Open", tooltip="Open the selected call: outcome and reason, whole"
+        ),
+        Binding("space", "toggle_node", "Fold", tooltip="Fold or unfold the selected call's dependants"),
+    ]
     DEFAULT_CSS = """
     TurnGraph { width: 1fr; height: 1fr; scrollbar-size-horizontal: 0; }
     """
@@ -71,8 +99,11 @@ class TurnGraph(Tree[str]):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__("no turn yet", id=id)
         self.show_root = True
+        self.auto_expand = False  # enter opens the call in full; space folds
+        self.turn: TurnView | None = None
 
     def show(self, turn: TurnView) -> None:
+        self.turn = turn
         variables = self.app.get_css_variables()  # costly: once per redraw, not once per label
         root = self.root
         if root.data == turn.turn_id and [c.data for c in root.children] == [n.call_id for n in turn.roots()]:
@@ -86,6 +117,16 @@ class TurnGraph(Tree[str]):
         for node in turn.roots():
             self._add(root, node, turn, (), variables)
         root.expand_all()
+
+    def fields_of(self, node: TreeNode[str]) -> tuple[str, list[tuple[str, object]]] | None:
+        """A title and the whole fields of what ``node`` shows (the turn, or one of its calls)."""
+        turn = self.turn
+        if turn is None:
+            return None
+        if node is self.root:
+            return turn.turn_id, turn_fields(turn)
+        call = turn.calls.get(node.data or "")
+        return (f"{turn.turn_id} · {call.call_id}", call_fields(call, turn.turn_id)) if call else None
 
     def _add(
         self, parent: TreeNode[str], node: CallNode, turn: TurnView, path: tuple[str, ...],

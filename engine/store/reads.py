@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import IO, Any
 
 from engine.errors import TraceStoreError
-from engine.events import Event
+from engine.events import BreakerTransitioned, Event
 from engine.store.base import StoreCore
 from engine.store.codec import EVENT_COLUMNS, decode_event, fallback, json_value
 from engine.store.export import export_target, write_new_file
 from engine.store.rows import AttemptRow, StoredTurn, TurnPage, TurnRow
+from engine.store.schema import BREAKER_TRANSITIONS
 
 TRACE_TABLES = ("attempts", "events", "manifests", "turn_tools", "turns")
 """The tables :meth:`StoreReads.counts` counts (operator commands and writers are not traces)."""
@@ -226,6 +227,17 @@ class StoreReads(StoreCore):
         low, high = _bounds(since, until)
         for row in self._pages(sql, (low, high), (low, 0), lambda r: (r[5], r[0]), chunk):
             yield (row[5], 1, 0, row[0]), row
+
+    def last_transition(self, tool_id: str) -> BreakerTransitioned | None:
+        """The tool's newest breaker transition (who made it, and why), or None."""
+        with self._lock:
+            found = self._query(
+                f"SELECT {EVENT_COLUMNS} FROM events WHERE tool_id = ? AND {BREAKER_TRANSITIONS}"
+                " ORDER BY id DESC LIMIT 1",
+                (tool_id,),
+            )
+        event = self._decode(found[0]) if found else None
+        return event if isinstance(event, BreakerTransitioned) else None
 
     def manifest(self, digest: str) -> dict[str, Any] | None:
         """A stored manifest version's content, by digest."""

@@ -15,8 +15,10 @@ backlog is bounded (``max_held`` events, see :mod:`engine.store.backlog`); what 
 counted as lost and logged once. Failures are logged once per cause, then a count a minute,
 then once when writes work again (:class:`~engine.store.failures.FailureLog`).
 
-The writer thread also keeps the store's record of this process alive (a heartbeat every few
-seconds), reconciles turns left running by writers that are gone, and applies a
+Attaching records the manifest versions in force as ManifestLoaded events (the engine announces
+only reloads), so a reader knows this engine's versions. The writer thread also keeps the store's
+record of this process alive (a heartbeat every few seconds, from the start), reconciles turns
+left running by writers that are gone, and applies a
 :class:`~engine.store.retention.RetentionPolicy` when given one, in short steps between batches.
 Closing the recorder writes what is queued and finishes as ``interrupted`` every turn it saw
 start and not finish.
@@ -164,8 +166,7 @@ class TraceRecorder(ClosedOnExit):
         if self._engine is not None:
             raise RuntimeError("this recorder is already attached to an engine")
         self._engine = engine
-        for tool_id, entry in engine.manifests.entries.items():  # the versions in force now
-            self._snapshot(entry.digest, tool_id)
+        self._versions_in_force(engine)
         self._unsubscribe = engine.subscribe(self._sink, direct=True)
         if self.durability == "turn":
             engine.recorder = self
@@ -203,6 +204,25 @@ class TraceRecorder(ClosedOnExit):
         self._enqueued += 1
         if len(queue) >= self.max_batch:
             self._wake.set()
+
+    def _versions_in_force(self, engine: Engine) -> None:
+        """Record the manifest versions in force as recording starts, as the ManifestLoaded events
+        an engine does not publish for them (it announces reloads): an attached console shows this
+        engine's versions, files and load times, never an earlier process's."""
+        wall, now = engine.wall_clock(), _engine_time(engine)
+        for tool_id, entry in engine.manifests.entries.items():
+            try:
+                content = engine.manifest(tool_id).model_dump(mode="json")
+            except Exception as exc:
+                log.warning("trace recorder: could not snapshot manifest %s of %s: %s", entry.digest, tool_id,
+                            exc)  # fmt: skip
+                continue
+            self._sink(
+                ManifestLoaded(
+                    at=entry.loaded_at, t=now - max(0.0, wall - entry.loaded_at), tool_id=tool_id,
+                    path=entry.path, version=entry.version, digest=entry.digest, manifest=content,
+                )
+            )  # fmt: skip
 
     def _snapshot(self, digest: str, tool_id: str, content: dict[str, Any] | None = None) -> None:
         """Queue a manifest version's content, once per digest, if it is still the one in force.
@@ -431,7 +451,7 @@ class TraceRecorder(ClosedOnExit):
         try:
             if now >= self._beat_at:
                 self._beat_at = now + HEARTBEAT_S
-                store.heartbeat()
+                store.heartbeat(register=True)  # an idle engine is alive too
             if now >= self._reconcile_at:
                 self._reconcile_at = now + RECONCILE_S
                 store.reconcile()
@@ -529,6 +549,15 @@ class TraceRecorder(ClosedOnExit):
             self._backlog.items,
             failure.problem if failure is not None else None,
         )
+
+
+def _engine_time(engine: Engine) -> float:
+    """The engine's clock now; outside its event loop (``tripwire serve`` attaches the recorder
+    before starting it) what an asyncio loop's clock reads, as an attached console assumes."""
+    try:
+        return engine.clock()
+    except RuntimeError:  # no event loop running in this thread
+        return time.monotonic()
 
 
 def _split(items: list[_Item]) -> tuple[list[Event], list[tuple[str, str, Mapping[str, Any]]], int]:

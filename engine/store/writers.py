@@ -29,8 +29,9 @@ from engine.store.rows import WriterRow
 
 log = logging.getLogger("tripwire.store")
 
-HEARTBEAT_S = 5.0
-"""How often a recording writer refreshes its heartbeat."""
+HEARTBEAT_S = 2.0
+"""How often a recording writer refreshes its heartbeat: an attached console takes an engine that
+has said nothing (no event, no heartbeat) for a few of these for gone (STALE)."""
 STALE_AFTER_S = 600.0
 """A writer on another host whose heartbeat is older than this is taken for gone; a turn with no
 writer recorded (schema 2 and older) that started longer ago than this, too."""
@@ -172,13 +173,25 @@ class WriterRegistry(StoreCore):
             if not committed:
                 self._writer_id = None
 
-    def heartbeat(self) -> bool:
+    def heartbeat(self, *, register: bool = False) -> bool:
         """Tell other processes this writer is alive (the recorder calls it every few seconds).
-        Returns False when there is nothing to refresh; raises StoreWriteError when the store
-        refuses the write."""
+
+        ``register``: a writer that has written no turn yet registers now (a recorder does, so an
+        idle engine is known alive too). Returns False when there is nothing to refresh; raises
+        StoreWriteError when the store refuses the write."""
         with self._lock:
-            if self._writer_id is None or self.readonly or self._closed:
+            if self.readonly or self._closed:
                 return False
+            if self._writer_id is None:
+                if not register or not self._has_writers:
+                    return False
+                try:
+                    self._ensure_writer()  # a statement of its own: committed at once
+                except sqlite3.Error as exc:
+                    self._transaction_ended(committed=False)
+                    raise write_error(self.path, exc) from None
+                self._transaction_ended(committed=True)
+                return True
             now = self._wall_clock()
             try:
                 self._conn.execute("UPDATE writers SET heartbeat_at = ? WHERE id = ?", (now, self._writer_id))
@@ -186,6 +199,16 @@ class WriterRegistry(StoreCore):
                 raise write_error(self.path, exc) from None
             self._heartbeat_at = now
             return True
+
+    def newest_heartbeat(self) -> float | None:
+        """The newest heartbeat of a writer still recording (not closed), by its wall clock; None
+        when none is. How a reader in another process knows the engine is alive while it is idle."""
+        if not self._has_writers:
+            return None
+        with self._lock:
+            found = self._query("SELECT max(heartbeat_at) FROM writers WHERE closed_at IS NULL")
+        value = found[0][0] if found else None
+        return float(value) if isinstance(value, int | float) else None
 
     def writers(self) -> list[WriterRow]:
         """Every writer the store knows, oldest first."""

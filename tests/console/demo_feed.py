@@ -70,6 +70,12 @@ def start_of(turn: str) -> float:
     return next(e.t for e in live_demo()[1] if isinstance(e, TurnStarted) and e.turn_id == f"demo/{turn}")
 
 
+def mid_outage() -> float:
+    """The moment the snapshots show: flight_search OPEN (half-opening 5 s later), hotel_search
+    12 s into its 30 s timeout."""
+    return start_of("hotel-slow") + 12.0
+
+
 def demo_store(path: Path) -> Path:
     """The demo's pass written to a trace store at ``path``, as a recording engine would: the
     same file on every run (fixed wall clock, canonical order)."""

@@ -12,18 +12,20 @@ from pathlib import Path
 
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import DataTable, Input, RichLog, Static, Tree
+from textual.widgets import DataTable, Input, Static, Tree
 
 from console.app import ConsoleApp
 from console.host import EngineHost
 from console.model import ToolSeed
-from console.screens.board import BoardScreen, CardGrid
+from console.screens.board import RESORT_S, BoardScreen, CardGrid
 from console.screens.confirm import ConfirmActionModal
 from console.screens.deps import DependencyScreen
 from console.screens.events import EventLogScreen
+from console.screens.help import HelpScreen
 from console.screens.manifests import ManifestScreen
 from console.screens.tool import ToolScreen
 from console.widgets.breaker_table import BreakerTable
+from console.widgets.event_list import EventList
 from engine.breaker import BreakerState
 from engine.demo import DEMO_TOOLS
 from engine.engine import Engine
@@ -101,7 +103,7 @@ async def test_trip_by_keys_forces_the_breaker_open_and_the_board_shows_it(host:
         await select(pilot, "flight_search")
         await pilot.press("t")
         assert isinstance(app.screen, ConfirmActionModal)
-        await pilot.press(*"vendor maintenance", "enter")
+        await pilot.press("tab", *"vendor maintenance", "enter")
         await until(pilot, lambda: engine_state(host, "flight_search") is BreakerState.FORCED_OPEN)
         await until(pilot, lambda: app.model.tools["flight_search"].state is BreakerState.FORCED_OPEN)
         row = next(r for r in table(app).rows if r.tool_id == "flight_search")
@@ -223,13 +225,15 @@ async def test_enter_opens_the_tool_detail_and_escape_goes_back() -> None:
         await pilot.press("enter")
         screen = app.screen
         assert isinstance(screen, ToolScreen) and screen.tool_id == "compare_prices"
-        await pilot.press("escape", "right", "enter")  # cards: right is the next tool
+        # Back on the board, flight_search (one failure) sorts before compare_prices: the
+        # selection stays on compare_prices, and left is the tool before it.
+        await pilot.press("escape", "left", "enter")
         screen = app.screen
         assert isinstance(screen, ToolScreen) and screen.tool_id == "flight_search"
         app.flush()
         assert "connection_reset" in str(screen.query_one("#errors", DataTable).get_row_at(0))
         assert "timeout      30.0s per attempt" in str(screen.query_one("#policy", Static).render())
-        await pilot.press("escape", "right", "enter")
+        await pilot.press("escape", "right", "right", "enter")
         app.flush()
         in_flight = str(app.screen.query_one("#in-flight", Static).render())
         assert "c2" in in_flight and "25.0s left of 30.0s" in in_flight, "the countdown runs on the app clock"
@@ -264,7 +268,7 @@ async def test_the_event_log_filters_and_pause_holds_the_display() -> None:
         assert isinstance(app.screen, EventLogScreen)
         link.emit(f.opened("flight_search", 90.0), f.succeeded("hotel_search", "c1", 90.5))
         app.flush()
-        log = app.screen.query_one(RichLog)
+        log = app.screen.query_one(EventList)
         assert len(log.lines) == 2
         await pilot.press("slash", *"opened", "enter")
         assert app.screen.query_one("#filter", Input).value == "opened"
@@ -288,9 +292,13 @@ async def test_sort_cycles_and_keeps_the_cursor_on_its_tool() -> None:
         assert grid.selected == "flight_search"
         link.emit(f.opened("hotel_search", 95.0))
         app.flush()
-        assert [r.tool_id for r in grid.rows][-1] == "hotel_search", "still by name"
-        await pilot.press("s")  # by state: the open breaker first
-        assert grid.rows[0].tool_id == "hotel_search"
+        assert [r.tool_id for r in grid.rows][-1] == "hotel_search", "rows do not jump on every event"
+        link.clock += RESORT_S
+        app.flush()
+        assert grid.rows[0].tool_id == "hotel_search", "by state, the breaker that opened goes first"
+        assert grid.selected == "flight_search"
+        await pilot.press("s", "s", "s", "s")  # error %, volume, p99, name
+        assert [r.tool_id for r in grid.rows] == ["compare_prices", "flight_search", "hotel_search"]
         assert grid.selected == "flight_search"
 
 
@@ -310,6 +318,6 @@ async def test_help_lists_the_keys() -> None:
     app, _ = scripted()
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("question_mark")
-        assert app.screen.query("HelpPanel")
+        assert isinstance(app.screen, HelpScreen)
         await pilot.press("question_mark")
-        assert not app.screen.query("HelpPanel")
+        assert not isinstance(app.screen, HelpScreen)

@@ -22,18 +22,19 @@ from textual.pilot import Pilot
 from textual.widgets import DataTable
 
 from console.app import ConsoleApp
-from console.attach import AttachedLink, CommandFailed
+from console.attach import STALE_AFTER_S, AttachedLink, CommandFailed
 from console.cli import main
 from console.screens.board import BoardScreen, CardGrid
 from console.screens.confirm import ConfirmActionModal
 from console.widgets.breaker_table import BreakerTable
 from engine.breaker import BreakerState
 from engine.demo import DEMO_TOOLS
-from engine.events import BreakerOpened, BreakerTripped, Event
-from engine.store import TraceStore, TraceStoreError
+from engine.engine import Engine
+from engine.events import BreakerOpened, BreakerTripped, Event, ManifestLoaded
+from engine.store import TraceRecorder, TraceStore, TraceStoreError
 from engine.store.command_auth import command_origin
 from tests.console import factory as f
-from tests.serving import served
+from tests.serving import ROOT, served
 
 SIZE = (140, 40)
 
@@ -445,7 +446,7 @@ async def test_a_console_attached_to_a_served_engine_trips_its_breaker(
         await select(pilot, "hotel_search")
         await pilot.press("t")
         assert isinstance(app.screen, ConfirmActionModal)
-        await pilot.press(*"vendor maintenance", "enter")
+        await pilot.press("tab", *"vendor maintenance", "enter")  # tab: into the reason field
         acknowledged = "trip applied by the engine: hotel_search now FORCED_OPEN"
         await until(pilot, lambda: any(n.message == acknowledged for n in app._notifications))
         await until(pilot, lambda: app.model.tools["hotel_search"].state is BreakerState.FORCED_OPEN)
@@ -483,3 +484,92 @@ async def test_a_console_attached_to_a_served_engine_trips_its_breaker(
         (tripped,) = [e for e in store.events() if isinstance(e, BreakerTripped)]
         assert (tripped.tool_id, tripped.actor) == ("hotel_search", f"operator:{ME.user}@{ME.host}")
         assert not [e for e in store.events() if isinstance(e, BreakerOpened) and e.tool_id == "hotel_search"]
+
+
+# --- history, the engine's manifests, its word (issue 13 §2) --------------------------------
+
+
+@pytest.mark.asyncio
+async def test_attaching_folds_history_silently_and_toasts_only_what_happens_after(
+    writer: TraceStore, db: Path
+) -> None:
+    old = f.manifest_rejected("manifests/flight_search.yaml", 90.0, "timeout_msx: unknown field")
+    writer.write([old, f.succeeded("flight_search", "c1", 95.0)])
+    app = ConsoleApp(AttachedLink(db, poll_s=0.01), traces=db)
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await until(pilot, lambda: app.model.seen >= 2)
+        await pilot.pause()
+        assert [c.what for c in app.model.manifest_changes] == ["rejected"], "history: in the events view"
+        assert not [n for n in app._notifications if n.title == "Manifest refused"], "not news"
+
+        writer.write([f.manifest_rejected("manifests/hotel_search.yaml", 200.0, "retries: not a number")])
+        await until(pilot, lambda: any(n.title == "Manifest refused" for n in app._notifications))
+        assert [n.message for n in app._notifications if n.title == "Manifest refused"] == [
+            "retries: not a number"
+        ]
+
+
+def test_the_seeds_show_the_manifest_versions_of_the_engine_recording_now(db: Path) -> None:
+    """Not v0, file — and the load time of whichever process stored the version first."""
+    engine = Engine(ROOT / "manifests")
+    entry = engine.manifests.entries["hotel_search"]
+    with TraceStore(db) as earlier:  # an earlier process stored the same version a day ago
+        content = engine.manifest("hotel_search").model_dump(mode="json")
+        earlier.ensure_manifest(entry.digest, "hotel_search", content, at=entry.loaded_at - 86_400)
+    with TraceStore(db) as store:
+        recorder = TraceRecorder(store, durability="batch").attach(engine)
+        try:
+            assert recorder.flush()
+            link = AttachedLink(db, read_only=True)
+            try:
+                seeds = {seed.tool_id: seed.manifest for seed in link.seeds()}
+            finally:
+                link.close()
+        finally:
+            recorder.close()
+            engine.close()
+    assert set(engine.manifests.entries) <= set(seeds)
+    for tool_id, loaded in engine.manifests.entries.items():
+        shown = seeds[tool_id]
+        assert shown is not None
+        assert (shown.digest, shown.version, shown.path, shown.loaded_at) == (
+            loaded.digest, loaded.version, loaded.path, loaded.loaded_at
+        ), tool_id  # fmt: skip
+    with TraceStore(db, readonly=True) as store:
+        started = [e for e in store.events() if isinstance(e, ManifestLoaded)]
+    assert {e.tool_id for e in started} == set(engine.manifests.entries), "recorded as loaded, no reload"
+    assert all(e.previous_digest is None for e in started)
+
+
+def test_the_link_hears_the_engine_by_its_events_and_its_heartbeat(db: Path) -> None:
+    now = [f.WALL]
+    with TraceStore(db, wall_clock=lambda: now[0]) as engine_side:
+        fresh = AttachedLink(db, read_only=True)
+        try:
+            assert fresh.silence is None and fresh.stale_for == float("inf"), "never heard from"
+        finally:
+            fresh.close()
+        assert engine_side.heartbeat(register=True), "a recorder beats before its first turn"
+
+        gone = AttachedLink(db, read_only=True, wall_clock=lambda: f.WALL + 30)
+        try:
+            assert gone.stale_for == pytest.approx(30, abs=1), "its last beat was 30 s ago"
+            now[0] = f.WALL + 31
+            assert engine_side.heartbeat()
+            gone.subscribe(lambda event: None)
+            wait_for(lambda: gone.stale_for is None, timeout=5)  # a new beat is word
+        finally:
+            gone.close()
+
+        quiet = AttachedLink(db, read_only=True, wall_clock=lambda: f.WALL + 31 + STALE_AFTER_S / 2)
+        try:
+            assert quiet.stale_for is None, "a beat within the stale period"
+        finally:
+            quiet.close()
+
+        engine_side.write([f.succeeded("flight_search", "c1", 500.0)])  # at WALL + 500
+        talking = AttachedLink(db, read_only=True, wall_clock=lambda: f.WALL + 501)
+        try:
+            assert talking.stale_for is None, "an event is word too"
+        finally:
+            talking.close()

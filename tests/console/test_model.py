@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import anyio
@@ -21,7 +22,7 @@ from console.model import (
 )
 from engine.breaker import BreakerState
 from engine.demo import demo_engine
-from engine.events import AttemptFailed, Event, ManifestRefused
+from engine.events import AttemptFailed, BreakerReset, Event, ManifestRefused
 from engine.faults import FaultInjector
 from engine.kinds import ErrorKind
 from engine.metrics import LATENCY_PRECISION, ToolStats
@@ -385,3 +386,32 @@ def test_a_refused_manifest_file_is_listed_with_the_rejected_ones() -> None:
     model = fold(refused)
     change = model.rejected["manifests/x.yaml"]
     assert (change.what, change.errors) == ("refused", ("not a regular file (a FIFO)",))
+
+
+# --- resets (issue 13) ----------------------------------------------------------------------
+
+
+def reset(tool: str, t: float, *, from_state: BreakerState, failures: int) -> BreakerReset:
+    """An operator's reset as the engine announces it: with the count from before the reset."""
+    return BreakerReset(
+        at=f.WALL + t, t=t, tool_id=tool, from_state=from_state, to_state=BreakerState.CLOSED,
+        reason="vendor fixed it", actor="operator:alice", consecutive_failures=failures,
+    )  # fmt: skip
+
+
+def test_a_reset_zeroes_the_failure_count_at_once() -> None:
+    model = fold(f.opened("search", 10.0, streak=5))
+    assert model.tools["search"].row(12.0).consecutive_failures == 5
+    model.apply([reset("search", 13.0, from_state=BreakerState.OPEN, failures=5)])
+    row = model.tools["search"].row(13.0)
+    assert (row.state, row.consecutive_failures) == (BreakerState.CLOSED, 0), "not 5/5 until the next call"
+
+
+def test_a_forced_open_breaker_reset_by_an_operator_shows_no_failures() -> None:
+    model = fold(
+        *(f.failed_attempt("search", "c1", 1.0 + i / 10, attempt=i + 1, streak=i + 1) for i in range(3)),
+        replace(f.tripped("search", 2.0), consecutive_failures=3),  # a trip keeps the count
+    )
+    assert model.tools["search"].consecutive_failures == 3
+    model.apply([reset("search", 3.0, from_state=BreakerState.FORCED_OPEN, failures=3)])
+    assert model.tools["search"].row(3.0).consecutive_failures == 0

@@ -8,31 +8,19 @@ accept them with ``--snapshot-update``.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 from textual.pilot import Pilot
 
 from console.app import ConsoleApp
 from console.screens.traces import TraceScreen
 from tests.console import factory as f
-from tests.console.demo_feed import demo_store, events_until, live_demo, start_of
+from tests.console.demo_feed import demo_store, events_until, live_demo, mid_outage, start_of
 from tests.console.fakes import FakeLink
 
 SIZE = (130, 36)
-
-
-@pytest.fixture(autouse=True)
-def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Times of day render in the local zone: pin it."""
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
 
 
 def demo_app(at: float, *, read_only: bool = False) -> tuple[ConsoleApp, Callable[[Pilot[Any]], Any]]:
@@ -49,8 +37,7 @@ def demo_app(at: float, *, read_only: bool = False) -> tuple[ConsoleApp, Callabl
     return app, feed
 
 
-MID_OUTAGE = start_of("hotel-slow") + 12.0
-"""flight_search is OPEN (half-opening soon), hotel_search is 12 s into its 30 s timeout."""
+MID_OUTAGE = mid_outage()
 
 
 def test_board_cards(snap_compare: Any) -> None:
@@ -154,16 +141,22 @@ def test_traces_view(snap_compare: Any, tmp_path: Path) -> None:
     assert snap_compare(app, terminal_size=SIZE, run_before=browse)
 
 
-def test_a_model_turns_trace(snap_compare: Any, tmp_path: Path) -> None:
-    app = traces_app(tmp_path)
+def open_trace(app: ConsoleApp, turn_id: str) -> Callable[[Pilot[Any]], Any]:
+    """What the operator does to read one turn: the Traces view (5), then the turn."""
 
     async def open_turn(pilot: Pilot[Any]) -> None:
         await pilot.press("5")
         await settle(pilot)
-        app.push_screen(TraceScreen("demo/ask-model"))
+        app.push_screen(TraceScreen(turn_id))
         await settle(pilot)
+        await settle(pilot)  # the turn's rows come from a worker thread
 
-    assert snap_compare(app, terminal_size=SIZE, run_before=open_turn)
+    return open_turn
+
+
+def test_a_model_turns_trace(snap_compare: Any, tmp_path: Path) -> None:
+    app = traces_app(tmp_path)
+    assert snap_compare(app, terminal_size=SIZE, run_before=open_trace(app, "demo/ask-model"))
 
 
 def test_replay_paused_mid_turn(snap_compare: Any, tmp_path: Path) -> None:

@@ -264,8 +264,12 @@ async def test_a_real_turn_is_stored_as_it_happened(store: TraceStore) -> None:
     end = next(i for i, e in enumerate(emitted) if isinstance(e, TurnFinished))
     in_turn, after = emitted[: end + 1], emitted[end + 1 :]
     assert stored.events == in_turn, "every event, in the order it was emitted"
+    # First the manifest versions in force when recording started (an engine announces only reloads).
+    everything = list(store.events())
+    versions = len(engine.manifests.entries)
+    assert [type(e) for e in everything[:versions]] == [ManifestLoaded] * versions
     # While run_turn waited for the commit, virtual time ran on: the breaker half-opened, outside the turn.
-    assert list(store.events())[len(in_turn) :] == after
+    assert everything[versions + len(in_turn) :] == after
     assert {id(e) for e in in_turn} == {id(e) for e in result.trace.events}, "the turn's trace, all of it"
     assert any(isinstance(e, BreakerOpened) for e in stored.events), "breaker transitions belong to the turn"
     assert stored.row == TurnRow(
@@ -297,7 +301,7 @@ async def test_a_real_turn_is_stored_as_it_happened(store: TraceStore) -> None:
         ],
         key=repr,
     )
-    events_by_id = {i + 1: e for i, e in enumerate(in_turn)}
+    events_by_id = {versions + i + 1: e for i, e in enumerate(in_turn)}
     for a in stored.attempts:  # each attempt row points at the event it came from
         assert isinstance(events_by_id[a.event_id], AttemptFailed | CallSucceeded)
         assert events_by_id[a.event_id].call_id == a.call_id  # type: ignore[attr-defined]
@@ -323,7 +327,10 @@ async def test_manifest_versions_are_snapshotted_at_attach_and_on_reload(tmp_pat
         recorder.close()
         assert (store.manifest(first) or {})["timeout_ms"] == 1000
         assert (store.manifest(loaded.digest) or {})["timeout_ms"] == 2000
-        assert [type(e) for e in store.events()] == [ManifestLoaded]
+        in_force, reloaded = store.events()  # the version in force when recording started, then the reload
+        assert isinstance(in_force, ManifestLoaded) and isinstance(reloaded, ManifestLoaded)
+        assert (in_force.digest, in_force.previous_digest) == (first, None)
+        assert (reloaded.digest, reloaded.previous_digest) == (loaded.digest, first)
         assert store.manifest("nope") is None
 
 

@@ -25,11 +25,11 @@ import anyio
 import pytest
 import trio.testing
 from rich.console import Console
-from textual.widgets import RichLog
 
 from console.app import ConsoleApp
 from console.model import ToolSeed
-from console.screens.events import EventLogScreen, event_line
+from console.screens.events import EventLogScreen
+from console.widgets.event_list import EventList, event_text
 from engine import Engine, RetryPolicy, ToolCall, ToolManifest, Turn
 from engine.events import Event
 from engine.llm import LLMToolCall, ToolCallExecutor
@@ -206,7 +206,7 @@ async def test_the_consoles_event_log_shows_no_secret(recorded: Recorded) -> Non
         link.emit(*events)
         app.flush()
         await pilot.pause()
-        on_screen = "\n".join(line.text for line in app.screen.query_one(RichLog).lines)
+        on_screen = "\n".join(event_text(line).plain for line in app.screen.query_one(EventList).lines)
         total, rows = app.model.newest_event_rows("", since=0, limit=len(events))
     assert on_screen.count("\n") + 1 == total == len(rows) == len(events) > 20
     assert "[REDACTED" in on_screen, "the redacted errors are on screen"
@@ -214,7 +214,7 @@ async def test_the_consoles_event_log_shows_no_secret(recorded: Recorded) -> Non
     # The log's lines as the screen makes them, at full length (the screen may cut them short).
     wide = Console(width=2000, file=io.StringIO(), color_system=None)
     for row in rows:
-        wide.print(event_line(row))
+        wide.print(event_text(row))
     rendered = wide.file.getvalue()  # type: ignore[attr-defined]
     assert rendered.count("[REDACTED:") >= 10
     assert not leaked(rendered), leaked(rendered)
