@@ -27,7 +27,7 @@ from console import render
 from console.bridge import DEFAULT_CAPACITY, EventBridge
 from console.host import Action, EngineHost, EngineLink
 from console.model import Changes, ConsoleModel
-from console.replay import ReplaySession, range_source, turn_source
+from console.player import Player, range_source, turn_source
 from console.screens.base import ConsoleScreen, StatusBar, stale_text
 from console.screens.board import BoardScreen
 from console.screens.confirm import ConfirmActionModal, Confirmed
@@ -127,7 +127,7 @@ class ConsoleApp(App[None]):
         self.bridge = EventBridge(bridge_capacity)
         self.live = ConsoleModel()
         """What the engine's events say now (kept up to date during a replay too)."""
-        self.replay: ReplaySession | None = None
+        self.replay: Player | None = None
         """A recorded turn or time range being played through the views, if any."""
         self.traces = traces
         self.replay_turn: str | None = None
@@ -359,16 +359,16 @@ class ConsoleApp(App[None]):
                         f"{datetime.fromtimestamp(until):%H:%M:%S}" if until is not None else "now"
                     )
                     source = range_source(store, since=since, until=until, label=label)
-            session = ReplaySession(source)
+            player = Player(source)
         except (TraceStoreError, ValueError) as exc:
             self.call_from_thread(self.notify, str(exc), title="Replay", severity="error")
             return
-        self.call_from_thread(self._begin_replay, session)
+        self.call_from_thread(self._begin_replay, player)
 
-    def _begin_replay(self, session: ReplaySession) -> None:
-        self.replay = session
+    def _begin_replay(self, player: Player) -> None:
+        self.replay = player
         self._replay_wall = time.perf_counter()
-        session.playing = True
+        player.playing = True
         self._to_board()
 
     def _to_board(self) -> None:

@@ -1,7 +1,7 @@
 """The console attached to an engine in another process, through its trace store.
 
 An agent service (``tripwire serve``, or your own process running a
-:class:`~engine.store.TraceRecorder` and :func:`~engine.commands.serve_operator_commands`)
+:class:`~engine.store.TraceRecorder` and :func:`~engine.store.serve_operator_commands`)
 records its events in a trace store. :class:`AttachedLink` follows that store: a thread of its
 own (never the UI's) reads the events committed since the last poll, every 100 ms, and hands
 them to the console's bridge as an engine's sink would, so the board runs a few hundred
@@ -28,6 +28,7 @@ from console import render
 from console.app import ConsoleApp
 from console.host import Action
 from console.model import ManifestView, ToolSeed
+from engine.errors import TripwireError
 from engine.events import Event
 from engine.store import CommandRow, StoreSnapshot, ToolState, TraceStore, TraceStoreError
 from engine.store.command_auth import CommandKeyError, command_key_path, read_key
@@ -54,7 +55,7 @@ STALE_AFTER_S = 2.5 * HEARTBEAT_S
 """No event and no heartbeat for this long: the engine is taken for gone (one beat may be late)."""
 
 
-class CommandFailed(Exception):
+class CommandFailed(TripwireError):
     """The engine refused an operator command; ``str()`` is its one-line reason."""
 
 

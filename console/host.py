@@ -26,6 +26,7 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 from console.model import ManifestView, ToolSeed
 from engine.demo import demo_engine
 from engine.engine import Engine
+from engine.errors import TripwireError
 from engine.events import Event
 from engine.faults import FaultInjector
 from engine.scenario import Scenario, load_scenario, run_scenario
@@ -36,7 +37,7 @@ Workload = Callable[[Engine], Awaitable[None]]
 Action = Literal["trip", "reset", "disable"]
 
 
-class WorkloadError(Exception):
+class WorkloadError(TripwireError):
     """A ``--workload`` that cannot be loaded; ``str()`` is one line."""
 
 

@@ -1,13 +1,17 @@
-"""How figures read on screen: durations, percentages, countdowns, sparklines, state words.
+"""How figures read on screen: durations, percentages, countdowns, sparklines, state words,
+and text in styled runs for the widgets that take Rich.
 
-Plain functions of plain values, shared by every widget, so the board, the tool detail and a
-replay all spell a thing the same way.
+Plain functions of plain values, shared by every widget and view, so the board, the tool detail
+and a replay all spell a thing the same way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from datetime import datetime
+
+from rich.text import Text
 
 from engine.breaker import BreakerState
 
@@ -157,3 +161,21 @@ def middle_truncate(text: str, width: int) -> str:
     head = (width - 1) // 2 + (width - 1) % 2
     tail = width - 1 - head
     return f"{text[:head]}…{text[len(text) - tail :] if tail else ''}"
+
+
+Parts = Sequence[str | tuple[str, str]]
+"""Text in runs, each plain or with a style that may name theme colours (``bold $error``)."""
+
+_VARIABLE = re.compile(r"\$([a-z0-9-]+)")
+
+
+def rich_text(parts: Parts, variables: Mapping[str, str]) -> Text:
+    """``parts`` as Rich Text, theme colours resolved (for widgets that take Rich, like Tree)."""
+    text = Text(no_wrap=True)
+    for part in parts:
+        if isinstance(part, str):
+            text.append(part)
+        else:
+            content, style = part
+            text.append(content, _VARIABLE.sub(lambda m: variables.get(m.group(1), "default"), style))
+    return text

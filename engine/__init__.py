@@ -3,14 +3,21 @@
 Typed error kinds, one classifier, retry with backoff and jitter, a circuit breaker per
 tool, timeouts, hot-reloaded manifests and a structured event stream. Never imports
 Textual or Rich.
+
+The public surface is the names of ``__all__`` below and these subpackages, each with its own
+``__all__``: :mod:`engine.events` (every event type), :mod:`engine.store` (the trace store and
+its recorder), :mod:`engine.llm` (LLM tool calls), :mod:`engine.faults` (fault plans),
+:mod:`engine.replay` (replaying recorded turns) and :mod:`engine.demo` (the bundled demo
+tools). Every other module is internal — its docstring says so — and may change or move.
 """
 
 from engine.breaker import AttemptOutcome, BreakerConfig, BreakerState, CircuitBreaker
 from engine.bus import EventBus
+from engine.call import CallContext, CallResult
 from engine.classify import Classification, ClassificationOverride, Rule, classify
 from engine.config import ConfigError, ConfigIssue
-from engine.engine import CallContext, CallResult, Engine
-from engine.errors import ToolError
+from engine.engine import Engine
+from engine.errors import ToolError, TraceStoreError, TripwireError, TurnNotPersisted
 from engine.events import EVENT_TYPES, Event
 from engine.handler import (
     MISSING,
@@ -96,8 +103,11 @@ __all__ = [
     "ToolPolicy",
     "ToolResultItem",
     "ToolStats",
+    "TraceStoreError",
+    "TripwireError",
     "Turn",
     "TurnError",
+    "TurnNotPersisted",
     "TurnResult",
     "TurnTrace",
     "classify",

@@ -1,4 +1,4 @@
-"""Circuit breaker per tool (spec §3): a pure state machine; the caller passes the time.
+"""Circuit breaker per tool (spec-map breaker): a pure state machine; the caller passes the time.
 
 CLOSED ─(failure_threshold consecutive transient failures)→ OPEN
 OPEN ─(timeout_ms elapsed)→ HALF_OPEN, which admits one probe at a time
@@ -7,7 +7,13 @@ HALF_OPEN ─(success_threshold consecutive probe successes)→ CLOSED
 operators: trip → FORCED_OPEN (until reset), reset → CLOSED, disable → DISABLED
 
 Permanent errors from a service that answered are proof it is up: they never count as
-failures and they end the streak (seed 000 7.2's "circuit counter: 1").
+failures and they end the streak (spec-map breaker.permanent-not-counted).
+
+Every operation that changes the state returns the :class:`Transition` it made (a probe
+:class:`Permit` carries the one its admission made): the caller announces it, naming the call
+that caused it. ``on_transition`` also sees every transition, for a breaker used on its own.
+
+Internal: import its public names from :mod:`engine`.
 """
 
 from __future__ import annotations
@@ -25,6 +31,9 @@ MAX_THRESHOLD = 1_000_000
 
 
 class BreakerState(StrEnum):
+    """A breaker's state (the machine is in this module's docstring); FORCED_OPEN and DISABLED
+    are the operators'."""
+
     CLOSED = "CLOSED"
     OPEN = "OPEN"
     HALF_OPEN = "HALF_OPEN"
@@ -55,14 +64,6 @@ class AttemptOutcome(Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class Permit:
-    """Admission to make one attempt; results of stale permits never move the state."""
-
-    generation: int
-    probe: bool
-
-
-@dataclass(frozen=True, slots=True)
 class Transition:
     tool_id: str
     from_state: BreakerState
@@ -74,6 +75,24 @@ class Transition:
     consecutive_failures: int
     half_open_at: float | None
     """When an OPEN breaker will admit a probe (engine time); None in other states."""
+
+
+@dataclass(frozen=True, slots=True)
+class Permit:
+    """Admission to make one attempt; results of stale permits never move the state."""
+
+    generation: int
+    probe: bool
+    half_opened: Transition | None = None
+    """OPEN → HALF_OPEN, when this admission found the open period over: the caller's to announce."""
+
+
+def rejection_reason(tool_id: str, state: BreakerState) -> str:
+    """Why a breaker in ``state`` rejects a call: the one text a rejected call's reason gives,
+    whoever decides about the rejection (the default rules or a custom handler deferring)."""
+    if state is BreakerState.HALF_OPEN:
+        return f"circuit breaker for {tool_id} is HALF_OPEN and its one probe is in flight"
+    return f"circuit breaker open for {tool_id} ({state}): no attempt made"
 
 
 class CircuitBreaker:
@@ -118,17 +137,23 @@ class CircuitBreaker:
     # --- admission ---------------------------------------------------------------------
 
     def acquire(self, now: float) -> Permit | None:
-        """A permit to attempt a call now, or None to reject it at once."""
+        """A permit to attempt a call now, or None to reject it at once.
+
+        An OPEN breaker whose open period is over half-opens here: the probe permit carries
+        that transition (``half_opened``).
+        """
         state = self.state
         if state is BreakerState.CLOSED or state is BreakerState.DISABLED:
             return self._permit
+        half_opened = None
         if state is BreakerState.OPEN:
             half_open_at = self.half_open_at
-            if half_open_at is None or now < half_open_at or not self.poll(now):
+            if half_open_at is None or now < half_open_at:
                 return None
+            half_opened = self.poll(now)
         if self.state is BreakerState.HALF_OPEN and not self.probe_in_flight:
             self.probe_in_flight = True
-            return Permit(self.generation, probe=True)
+            return Permit(self.generation, True, half_opened)
         return None
 
     def would_admit(self, now: float) -> bool:
@@ -140,58 +165,60 @@ class CircuitBreaker:
             return self.half_open_at is not None and now >= self.half_open_at
         return state is BreakerState.HALF_OPEN and not self.probe_in_flight
 
-    def poll(self, now: float) -> bool:
-        """Move OPEN to HALF_OPEN if its timer is due; the engine's timer calls this too."""
+    def poll(self, now: float) -> Transition | None:
+        """Move OPEN to HALF_OPEN if its timer is due (the transition made, or None); the
+        engine's timer calls this too."""
         if self.state is BreakerState.OPEN and self.half_open_at is not None and now >= self.half_open_at:
-            self._move(
+            return self._move(
                 BreakerState.HALF_OPEN,
                 now,
                 f"open for {self.config.timeout_ms / 1000:g}s: admitting one probe",
             )
-            return True
-        return False
+        return None
 
     def rejection_reason(self) -> str:
-        """Why a call is rejected now; built once per state change, not per rejection."""
+        """Why a call is rejected now (:func:`rejection_reason`); built once per state change."""
         if self._rejection is None or self._rejection[0] != self.generation:
-            if self.state is BreakerState.HALF_OPEN:
-                text = f"circuit breaker for {self.tool_id} is HALF_OPEN and its one probe is in flight"
-            else:
-                text = f"circuit breaker for {self.tool_id} is {self.state}: no attempt made"
-            self._rejection = (self.generation, text)
+            self._rejection = (self.generation, rejection_reason(self.tool_id, self.state))
         return self._rejection[1]
 
     # --- outcomes ----------------------------------------------------------------------
 
-    def record(self, permit: Permit, outcome: AttemptOutcome, now: float) -> None:
+    def record(self, permit: Permit, outcome: AttemptOutcome, now: float) -> Transition | None:
+        """Count an attempt's outcome; the transition it made, or None."""
         if permit.generation != self.generation:
-            return  # admitted before the last transition: old news
+            return None  # admitted before the last transition: old news
         state = self.state
         if permit.probe:
             self.probe_in_flight = False
         if outcome is AttemptOutcome.ABANDONED:
-            return
+            return None
         failed = outcome is AttemptOutcome.FAILED
         if state is BreakerState.CLOSED or state is BreakerState.DISABLED:
             if not failed:
                 self.consecutive_failures = 0
-                return
+                return None
             self.consecutive_failures += 1
             if state is BreakerState.CLOSED and self.consecutive_failures >= self.config.failure_threshold:
-                self._open(now, f"{self.consecutive_failures} consecutive transient failures")
+                return self._open(now, f"{self.consecutive_failures} consecutive transient failures")
         elif state is BreakerState.HALF_OPEN and permit.probe:
             if failed:
                 self.consecutive_failures += 1
-                self._open(now, "half-open probe failed")
-                return
+                return self._open(now, "half-open probe failed")
             self.consecutive_successes += 1
             if self.consecutive_successes >= self.config.success_threshold:
-                self._move(
+                return self._move(
                     BreakerState.CLOSED,
                     now,
                     f"{self.consecutive_successes} consecutive probe success"
                     f"{'es' if self.consecutive_successes > 1 else ''}",
                 )
+        return None
+
+    def standing_permit(self) -> Permit:
+        """A permit of the current generation, for a failure outside any attempt's permit (a stream
+        cut after its opening attempt succeeded): it counts against the state the breaker is in."""
+        return self._permit
 
     # --- snapshots -----------------------------------------------------------------------
 
@@ -220,22 +247,22 @@ class CircuitBreaker:
 
     # --- operator controls -------------------------------------------------------------
 
-    def trip(self, now: float, *, actor: str, reason: str = "") -> None:
-        self._move(BreakerState.FORCED_OPEN, now, reason or "tripped by operator", actor)
+    def trip(self, now: float, *, actor: str, reason: str = "") -> Transition:
+        return self._move(BreakerState.FORCED_OPEN, now, reason or "tripped by operator", actor)
 
-    def reset(self, now: float, *, actor: str, reason: str = "") -> None:
-        self._move(BreakerState.CLOSED, now, reason or "reset by operator", actor)
+    def reset(self, now: float, *, actor: str, reason: str = "") -> Transition:
+        return self._move(BreakerState.CLOSED, now, reason or "reset by operator", actor)
 
-    def disable(self, now: float, *, actor: str, reason: str = "") -> None:
-        self._move(BreakerState.DISABLED, now, reason or "disabled by operator", actor)
+    def disable(self, now: float, *, actor: str, reason: str = "") -> Transition:
+        return self._move(BreakerState.DISABLED, now, reason or "disabled by operator", actor)
 
     # --- transitions -------------------------------------------------------------------
 
-    def _open(self, now: float, reason: str) -> None:
+    def _open(self, now: float, reason: str) -> Transition:
         self.opens += 1
-        self._move(BreakerState.OPEN, now, reason)
+        return self._move(BreakerState.OPEN, now, reason)
 
-    def _move(self, to: BreakerState, now: float, reason: str, actor: str = "engine") -> None:
+    def _move(self, to: BreakerState, now: float, reason: str, actor: str = "engine") -> Transition:
         previous = self.state
         failures = self.consecutive_failures
         self.state = to
@@ -252,7 +279,7 @@ class CircuitBreaker:
                 self.opened_at = None if to is not BreakerState.FORCED_OPEN else now
         if to is BreakerState.CLOSED:
             self.consecutive_failures = 0
+        transition = Transition(self.tool_id, previous, to, reason, actor, now, failures, self.half_open_at)
         if self.on_transition is not None:
-            self.on_transition(
-                Transition(self.tool_id, previous, to, reason, actor, now, failures, self.half_open_at)
-            )
+            self.on_transition(transition)
+        return transition

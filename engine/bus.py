@@ -7,6 +7,8 @@ Two ways to subscribe:
   events are dropped and counted.
 * direct: called inline as the event is emitted. For sinks that only enqueue (a deque's
   ``append``, the console's buffer, the trace writer). Exceptions are still contained.
+
+Internal: import its public names from :mod:`engine`.
 """
 
 from __future__ import annotations

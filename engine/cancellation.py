@@ -6,6 +6,8 @@ internal task). Treated as a cancellation, that error would cut healthy sibling 
 end the turn; it is the tool's own failure. A cancellation is real when it was asked for: an
 enclosing cancel scope was cancelled or passed its deadline, or (asyncio) the task has a
 pending cancel request from ``Task.cancel()``.
+
+Internal: the engine's machinery, no public names.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Where the engine's time comes from: anyio's clock, and wall-clock stamps that can follow it."""
+"""Where the engine's time comes from: anyio's clock, and wall-clock stamps that can follow it.
+
+Internal: shared by the engine and the console, not API.
+"""
 
 from __future__ import annotations
 

@@ -8,6 +8,8 @@ field — on one line.
 Only regular files up to a size cap are read (:func:`read_regular_file`): a FIFO or a device
 named ``x.yaml`` never blocks a reader, and a huge file is refused before it is parsed.
 Numbers in configuration are numbers (:data:`NOT_BOOL`: ``true`` is not 1) and finite.
+
+Internal: import its public names from :mod:`engine`.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, BeforeValidator, ValidationError
 
-from engine.errors import one_line
+from engine.errors import TripwireError, one_line
 
 FieldPath = tuple[str | int, ...]
 Model = TypeVar("Model", bound=BaseModel)
@@ -48,6 +50,8 @@ NOT_BOOL = BeforeValidator(_not_bool)
 
 @dataclass(frozen=True, slots=True)
 class ConfigIssue:
+    """One problem in a configuration file, by file, line and field; ``str()`` is one line."""
+
     path: str
     line: int | None
     field: str
@@ -59,7 +63,7 @@ class ConfigIssue:
         return one_line(f"{where}: {what}")
 
 
-class ConfigError(Exception):
+class ConfigError(TripwireError):
     """One or more problems in a configuration file; ``str()`` is the first, on one line."""
 
     what = "configuration"

@@ -130,3 +130,6 @@ def demo_engine(
     for name, fn in DEMO_TOOLS.items():
         engine.register(name, fn)
     return engine
+
+
+__all__ = ["DEMO_TOOLS", "demo_engine"]

@@ -3,6 +3,8 @@ JSON body of the response it holds, read only when already in memory.
 
 The classifier reads errors from any library by attribute, never by import; this module is where
 those reads happen, so that classifying never warns, never blocks and never consumes a stream.
+
+Internal: the classifier's machinery, no public names.
 """
 
 from __future__ import annotations

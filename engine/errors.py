@@ -1,7 +1,39 @@
-"""ToolError: the one exception the engine raises for a failed tool call.
+"""The library's errors: one family under :class:`TripwireError`, and :class:`ToolError`, the one
+exception the engine raises for a failed tool call.
 
-Tools may raise it themselves to state a kind explicitly (the classifier's rule 2); the
+Tools may raise ``ToolError`` themselves to state a kind explicitly (the classifier's rule 2); the
 engine raises a fresh one, carrying the last attempt's exception, when a call fails.
+
+``except TripwireError`` catches every error tripwire itself raises. Each class keeps the bases it
+had before the family existed (``TurnError`` is still a ``ValueError``), so older ``except``
+clauses still catch what they caught::
+
+    TripwireError(Exception)                      engine.errors
+    ├── ToolError                                 engine.errors    a failed tool call
+    │   └── ToolExecutionError                    engine.llm       spec-map llm.tool-execution-error
+    ├── TurnError (also a ValueError)             engine.turn      a turn that cannot run
+    ├── ConfigError                               engine.config    a configuration file's problems
+    │   ├── ManifestError                         engine.manifest
+    │   ├── FaultPlanError                        engine.faults
+    │   └── ScenarioError                         engine.scenario
+    ├── TraceStoreError                           engine.errors    a store that cannot be opened or used
+    │   ├── TurnNotPersisted                      engine.errors    the turn ran, the store failed it
+    │   ├── StoreWriteError                       engine.store     a write the store refused
+    │   └── CommandKeyError                       engine.store     an unusable command key
+    ├── ExportRefused                             engine.store     an export that would destroy something
+    ├── ReplayError                               engine.replay    a turn that cannot be replayed
+    └── the console's own
+        ├── CommandFailed                         console.attach   the engine refused an operator command
+        ├── UsageError                            console.usage    bad command-line input
+        ├── ProjectExists                         console.cli.init tripwire init would overwrite
+        └── WorkloadError                         console.host     a --workload that cannot be loaded
+
+Outside the family on purpose: the provider look-alike exceptions of :mod:`engine.faults`
+(``RateLimitError``, ``APIStatusError``, …) stand in for other libraries' errors, which a fault
+plan raises as if a provider had; the classifier reads them by class name like the real ones.
+``TripwireError`` itself names no kind, so the classifier decides every class as before.
+
+Internal: import its public names from :mod:`engine`.
 """
 
 from __future__ import annotations
@@ -13,10 +45,14 @@ from typing import TYPE_CHECKING, Any
 from engine.kinds import ErrorKind
 
 if TYPE_CHECKING:
-    from engine.classify import Classification
+    from engine.classify.classification import Classification
 
 
-class ToolError(Exception):
+class TripwireError(Exception):
+    """The base of every error tripwire raises (the tree is in this module's docstring)."""
+
+
+class ToolError(TripwireError):
     """A failed tool call, with everything needed to explain and handle it."""
 
     __slots__ = (
@@ -65,12 +101,12 @@ class ToolError(Exception):
 
     @property
     def tool_name(self) -> str | None:
-        """Seed 003's name for ``tool_id``."""
+        """``tool_id`` as the model-facing error names it (spec-map llm.tool-execution-error)."""
         return self.tool_id
 
     @property
     def timestamp(self) -> datetime | None:
-        """When it happened, as seed 003's ``datetime`` (UTC)."""
+        """When it happened, as a UTC ``datetime`` (spec-map llm.tool-execution-error)."""
         return datetime.fromtimestamp(self.at, UTC) if self.at is not None else None
 
     @property
@@ -79,7 +115,7 @@ class ToolError(Exception):
 
     @property
     def error_type(self) -> str:
-        """The class name of the underlying exception (seed 003's ``error_type``)."""
+        """The class name of the underlying exception (``error_type``: spec-map llm.tool-execution-error)."""
         return type(self.original_error or self).__name__
 
     def to_dict(self) -> dict[str, Any]:
@@ -101,7 +137,7 @@ class ToolError(Exception):
         return f"ToolError({self.kind!s}, {self.message!r}, tool_id={self.tool_id!r})"
 
 
-class TraceStoreError(Exception):
+class TraceStoreError(TripwireError):
     """A trace store that cannot be opened or used; ``str()`` is one line naming the file.
 
     ``untouched`` says the file was left exactly as it was found (every refusal to open).

@@ -2,7 +2,7 @@
 
 Every event carries ``at`` (wall-clock seconds from the engine's injectable clock) and ``t``
 (engine time from anyio). ``event_type`` is the class name, except for the two names the
-spec's turn trace fixes: a failed attempt is ``ToolError`` and a timeout ``ToolTimeout``.
+turn trace fixes (spec-map trace.shape): a failed attempt is ``ToolError`` and a timeout ``ToolTimeout``.
 Fields are flat primitives and enums, so events serialise and compare cheaply. Free text and
 values (errors, arguments, recorded results) are redacted where an event is made
 (:mod:`engine.redaction`), so the store, exports, the console and logs all see the same value.
@@ -25,6 +25,7 @@ from engine.errors import iso_timestamp
 from engine.kinds import ErrorClass, ErrorKind
 
 EVENT_TYPES: dict[str, type[Event]] = {}
+"""Every concrete event class by its ``event_type``: how a stored event finds its class again."""
 
 allocate = object.__new__
 """Hot paths build events as ``Cls.__init__(allocate(Cls), ...)``: on CPython 3.11 calling the
@@ -113,7 +114,7 @@ class ToolTimedOut(ToolEvent, event_type="ToolTimeout"):
 
 @dataclass(slots=True, kw_only=True)
 class AttemptFailed(ToolEvent, event_type="ToolError"):
-    """One failed attempt and what was decided about it (spec §8.2)."""
+    """One failed attempt and what was decided about it (spec-map trace.decisions)."""
 
     attempt: int
     error: str
@@ -359,7 +360,7 @@ class TurnFinished(Event):
     executed: int
     duration_ms: float
     outcome: str = "ok"
-    """``ok`` (every call succeeded), ``degraded``, ``failed`` (no tool executed, seed 004),
+    """``ok`` (every call succeeded), ``degraded``, ``failed`` (no tool executed: spec-map kinds.turn-failed),
     ``timed_out`` (the deadline cut it), ``canceled`` (stopped) or ``interrupted`` (its caller was
     cancelled: the engine or its host stopped mid-turn)."""
 
@@ -383,7 +384,8 @@ class BreakerTransitioned(Event, abstract=True):
     half_open_at: float | None = None
     """Engine time at which an OPEN breaker admits a probe."""
     call_id: str | None = None
-    """The call whose attempt caused the transition (None for timers and operators)."""
+    """The call that caused the transition, by its attempt or by arriving after the open period
+    (None for the half-open timer, a state query and operators)."""
     turn_id: str | None = None
     """The turn of that call, when it ran in one."""
 
@@ -402,12 +404,19 @@ class BreakerOpened(BreakerTransitioned):
 
 @dataclass(slots=True, kw_only=True)
 class BreakerHalfOpened(BreakerTransitioned):
-    """The open timer ran out: one probe at a time is admitted."""
+    """The open timer ran out: one probe at a time is admitted.
+
+    ``call_id`` names the call that arrived after the open period and made the transition (it
+    is the probe); None when the engine's half-open timer, or ``engine.state()``, made it first.
+    """
 
 
 @dataclass(slots=True, kw_only=True)
 class BreakerClosed(BreakerTransitioned):
-    """Enough probes succeeded: normal operation resumes."""
+    """Enough probes succeeded: normal operation resumes.
+
+    ``call_id`` names the probe whose success closed the breaker.
+    """
 
 
 @dataclass(slots=True, kw_only=True)
@@ -561,3 +570,14 @@ def event_from_dict(data: dict[str, Any]) -> Event:
             convert = shape.convert
             kwargs[shape.name] = convert(value) if convert is not None and value is not None else value
     return cls(**kwargs)
+
+
+__all__ = [
+    "EVENT_TYPES", "AlternativeUsed", "AttemptFailed", "AttemptStarted", "BreakerClosed",
+    "BreakerDisabled", "BreakerHalfOpened", "BreakerOpened", "BreakerReset", "BreakerTransitioned",
+    "BreakerTripped", "CallEscalated", "CallFailed", "CallRejected", "CallSkipped", "CallSucceeded",
+    "DefaultUsed", "DependencyBlocked", "Event", "HandlerFailed", "ManifestLoaded", "ManifestRefused",
+    "ManifestRejected", "ManifestRemoved", "StreamEnded", "ToolEvent", "ToolResultSent", "ToolTimedOut",
+    "TurnCanceled", "TurnDeadlineExceeded", "TurnFinished", "TurnInterrupted", "TurnStarted",
+    "event_from_dict", "vocabulary_markdown",
+]  # fmt: skip

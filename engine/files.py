@@ -4,6 +4,8 @@ Traces hold tool inputs and results, export files the same, the command key lets
 steer the engine: none of them is for other users of the machine. The modes are given at
 creation — to every missing parent directory too, which ``mkdir -p`` would make with the
 umask's leave (0777 under a umask of 000) — and a umask can only narrow them further.
+
+Internal: shared by the engine and the console, not API.
 """
 
 from __future__ import annotations

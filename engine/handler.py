@@ -1,11 +1,13 @@
-"""The error handler (spec §6): on every failure it decides what happens next, and why.
+"""The error handler (spec-map handler): on every failure it decides what happens next, and why.
 
 The engine builds a :class:`FailureContext` — the error, its classification, the tool, the
 attempt, the breaker's state and the turn's context — and asks the handler for a
-:class:`HandlerDecision`. :class:`DefaultErrorHandler` implements the spec's rules; users plug
+:class:`HandlerDecision`. :class:`DefaultErrorHandler` implements the rules of spec-map handler; users plug
 in their own, a class with ``decide`` or a plain callable, returning ``None`` to defer to the
-default. The engine keeps the hard limits: no retry beyond ``max_attempts`` or past the turn's
-deadline, no alternative that is unknown or already tried.
+default. The engine keeps the hard limits (:func:`within_hard_limits`): no retry beyond
+``max_attempts`` or past the turn's deadline, no alternative that is unknown or already tried.
+
+Internal: import its public names from :mod:`engine`.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from engine.breaker import BreakerState
+from engine.breaker import BreakerState, rejection_reason
 from engine.kinds import KIND_INFO, ErrorKind
 from engine.manifest import SideEffect
 
@@ -26,6 +28,8 @@ if TYPE_CHECKING:
 
 
 class Decision(StrEnum):
+    """What happens next to a failed call, as a :class:`HandlerDecision` says."""
+
     RETRY = "retry"
     """Try the same tool again after a delay."""
     ALTERNATIVE = "alternative"
@@ -62,10 +66,15 @@ CALLER_FAULT_KINDS = frozenset(
 )
 """The call itself is wrong: another tool would get the same bad call."""
 
+OPTIONAL_CONTINUES = "; optional call, the turn continues"
+"""How the reason of an optional call given up on ends."""
+
+_REJECTING = frozenset({BreakerState.OPEN, BreakerState.FORCED_OPEN, BreakerState.HALF_OPEN})
+
 
 @dataclass(frozen=True, slots=True)
 class FailureContext:
-    """Everything the handler may use to decide (spec §6.2)."""
+    """Everything the handler may use to decide (spec-map handler.notified)."""
 
     tool_id: str
     call_id: str
@@ -115,6 +124,8 @@ class HandlerDecision:
 
 @runtime_checkable
 class ErrorHandler(Protocol):
+    """A custom handler: a :class:`HandlerDecision` for a failure, or ``None`` to defer to the default."""
+
     def decide(self, failure: FailureContext) -> HandlerDecision | None: ...
 
 
@@ -122,7 +133,7 @@ HandlerLike = ErrorHandler | Callable[[FailureContext], HandlerDecision | None]
 
 
 class DefaultErrorHandler:
-    """The spec's recovery rules, in order."""
+    """The recovery rules of spec-map handler, in order."""
 
     def decide(self, failure: FailureContext) -> HandlerDecision:
         return self.decide_on(
@@ -167,7 +178,11 @@ class DefaultErrorHandler:
                     Decision.RETRY, f"{c.error_class} error, circuit closed: {plan.reason}", plan.delay_s
                 )
         elif kind is ErrorKind.CIRCUIT_OPEN:
-            why = "circuit breaker open: no attempt made"
+            # A rejection by the tool's breaker: in the breaker's words, as without a custom handler.
+            if breaker_state in _REJECTING:
+                why = rejection_reason(tool_id, breaker_state)
+            else:  # raised by the tool itself
+                why = "circuit breaker open: no attempt made"
         else:
             why = f"{c.error_class} error ({kind}): retrying will not help"
         if partial_result is not MISSING:
@@ -182,8 +197,41 @@ class DefaultErrorHandler:
     @staticmethod
     def _give_up(optional: bool, why: str) -> HandlerDecision:
         if optional:
-            return HandlerDecision(Decision.FAIL_GRACEFULLY, f"{why}; optional call, the turn continues")
+            return HandlerDecision(Decision.FAIL_GRACEFULLY, f"{why}{OPTIONAL_CONTINUES}")
         return HandlerDecision(Decision.ESCALATE, why)
+
+
+DEFAULT_HANDLER = DefaultErrorHandler()
+
+
+def within_hard_limits(decided: HandlerDecision, failure: FailureContext) -> HandlerDecision:
+    """A custom handler's decision as the engine carries it out: as decided, or — when it breaks
+    one of the engine's hard limits — the default rules' decision, saying what was refused."""
+    refusal = _refusal(decided, failure)
+    if not refusal:
+        return decided
+    default = DEFAULT_HANDLER.decide(failure)
+    return HandlerDecision(
+        default.decision, f"{refusal}; {default.reason}", default.delay_s, default.alternative
+    )
+
+
+def _refusal(decided: HandlerDecision, failure: FailureContext) -> str:
+    """Why the engine overrules a custom decision, or '' when it stands."""
+    resending = decided.decision in (Decision.RETRY, Decision.ALTERNATIVE)
+    if resending and failure.resend_unsafe:
+        return f"handler's {decided.decision} refused: side-effecting call after an ambiguous failure"
+    if decided.decision is Decision.RETRY:
+        policy = failure.manifest.retry_policy
+        if failure.attempt >= policy.max_attempts:
+            return f"handler's retry refused: max_attempts ({policy.max_attempts}) reached"
+        if failure.remaining_s is not None and decided.delay_s >= failure.remaining_s:
+            return "handler's retry refused: it would start after the turn's deadline"
+    if decided.decision is Decision.ALTERNATIVE and decided.alternative not in failure.alternatives:
+        return f"handler's alternative {decided.alternative!r} refused: not an available alternative"
+    if decided.decision is Decision.PARTIAL_SUCCESS and failure.partial_result is MISSING:
+        return "handler's partial success refused: the error carries no partial result"
+    return ""
 
 
 def as_handler(handler: HandlerLike | None) -> ErrorHandler | None:

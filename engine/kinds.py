@@ -1,9 +1,11 @@
 """The catalogue of error kinds: what went wrong, whether the tool ran, and whether it heals.
 
-One kind per meaning. Seed 004's tool kinds, the spec's error categories and seed 004's
+One kind per meaning (spec-map kinds.one-catalogue). The tool kinds, the spec's categories and the
 LLM-provider kinds overlap (``timeout`` appears in all three, "rate limited" is the
 provider's ``rate_limit``, "authentication/permission" is ``auth_error``); each meaning
-is listed once, and :data:`KIND_SOURCES` records which document asked for it.
+is listed once, and :data:`KIND_SOURCES` records the spec-map entries that asked for it.
+
+Internal: import its public names from :mod:`engine`.
 """
 
 from __future__ import annotations
@@ -13,14 +15,16 @@ from enum import StrEnum
 
 
 class ErrorClass(StrEnum):
-    """The spec's two classes: will the same call succeed if tried again later?"""
+    """The two classes (spec-map kinds.two-classes): will the same call succeed if tried again later?"""
 
     TRANSIENT = "transient"
     PERMANENT = "permanent"
 
 
 class ErrorKind(StrEnum):
-    # seed 004: tool kinds
+    """What went wrong with a tool call; :data:`KIND_INFO` says what each kind means."""
+
+    # spec-map kinds.tool-kinds
     UNKNOWN_TOOL = "unknown_tool"
     NOT_PERMITTED = "not_permitted"
     INVALID_PARAMETERS = "invalid_parameters"
@@ -30,7 +34,7 @@ class ErrorKind(StrEnum):
     TRANSPORT_ERROR = "transport_error"
     EXECUTION_ERROR = "execution_error"
     INTERNAL_ERROR = "internal_error"
-    # spec §1 categories not already above
+    # spec-map kinds.spec-categories not already above
     RATE_LIMIT = "rate_limit"
     SERVICE_UNAVAILABLE = "service_unavailable"
     CONNECTION_RESET = "connection_reset"
@@ -40,7 +44,7 @@ class ErrorKind(StrEnum):
     UNSUPPORTED = "unsupported"
     INVALID_RESPONSE = "invalid_response"
     CIRCUIT_OPEN = "circuit_open"
-    # seed 004: LLM-provider kinds not already above
+    # spec-map kinds.llm-kinds not already above
     QUOTA_EXCEEDED = "quota_exceeded"
     MODEL_ERROR = "model_error"
     NETWORK_ERROR = "network_error"
@@ -64,7 +68,7 @@ class ErrorKind(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class KindInfo:
-    """What a kind means, in code (seed 004, decision A)."""
+    """What a kind means, in code (spec-map kinds.one-catalogue)."""
 
     executed: bool
     """Did the tool run (or may it have run)? Only executed kinds count as executed tools."""
@@ -123,29 +127,30 @@ KIND_INFO: dict[ErrorKind, KindInfo] = {
         True, _T, False, "The peer could not be reached (DNS, refused connection, TLS)."
     ),
 }
+"""Every kind's :class:`KindInfo`: did the tool run, its default class, ambiguity, a description."""
 
 KIND_SOURCES: dict[ErrorKind, tuple[str, ...]] = {
-    ErrorKind.UNKNOWN_TOOL: ("seed 004 tool", "spec: tool not found"),
-    ErrorKind.NOT_PERMITTED: ("seed 004 tool",),
-    ErrorKind.INVALID_PARAMETERS: ("seed 004 tool", "spec: invalid input"),
-    ErrorKind.LIMIT_EXCEEDED: ("seed 004 tool",),
-    ErrorKind.CANCELED: ("seed 004 tool",),
-    ErrorKind.TIMEOUT: ("seed 004 tool", "seed 004 LLM", "spec: network timeout"),
-    ErrorKind.TRANSPORT_ERROR: ("seed 004 tool",),
-    ErrorKind.EXECUTION_ERROR: ("seed 004 tool",),
-    ErrorKind.INTERNAL_ERROR: ("seed 004 tool",),
-    ErrorKind.RATE_LIMIT: ("seed 004 LLM", "spec: rate limited"),
-    ErrorKind.SERVICE_UNAVAILABLE: ("spec: service unavailable",),
-    ErrorKind.CONNECTION_RESET: ("spec: connection reset",),
-    ErrorKind.PARTIAL_RESULT: ("spec: partial result",),
-    ErrorKind.AUTH_ERROR: ("seed 004 LLM", "spec: authentication/permission"),
-    ErrorKind.NOT_FOUND: ("spec: not found",),
-    ErrorKind.UNSUPPORTED: ("spec: unsupported operation",),
-    ErrorKind.INVALID_RESPONSE: ("spec: response/schema validation",),
-    ErrorKind.CIRCUIT_OPEN: ("spec: circuit open",),
-    ErrorKind.QUOTA_EXCEEDED: ("seed 004 LLM",),
-    ErrorKind.MODEL_ERROR: ("seed 004 LLM",),
-    ErrorKind.NETWORK_ERROR: ("seed 004 LLM",),
+    ErrorKind.UNKNOWN_TOOL: ("kinds.tool-kinds", "kinds.spec-categories: tool not found"),
+    ErrorKind.NOT_PERMITTED: ("kinds.tool-kinds",),
+    ErrorKind.INVALID_PARAMETERS: ("kinds.tool-kinds", "kinds.spec-categories: invalid input"),
+    ErrorKind.LIMIT_EXCEEDED: ("kinds.tool-kinds",),
+    ErrorKind.CANCELED: ("kinds.tool-kinds",),
+    ErrorKind.TIMEOUT: ("kinds.tool-kinds", "kinds.llm-kinds", "kinds.spec-categories: network timeout"),
+    ErrorKind.TRANSPORT_ERROR: ("kinds.tool-kinds",),
+    ErrorKind.EXECUTION_ERROR: ("kinds.tool-kinds",),
+    ErrorKind.INTERNAL_ERROR: ("kinds.tool-kinds",),
+    ErrorKind.RATE_LIMIT: ("kinds.llm-kinds", "kinds.spec-categories: rate limited"),
+    ErrorKind.SERVICE_UNAVAILABLE: ("kinds.spec-categories: service unavailable",),
+    ErrorKind.CONNECTION_RESET: ("kinds.spec-categories: connection reset",),
+    ErrorKind.PARTIAL_RESULT: ("kinds.spec-categories: partial result",),
+    ErrorKind.AUTH_ERROR: ("kinds.llm-kinds", "kinds.spec-categories: authentication/permission"),
+    ErrorKind.NOT_FOUND: ("kinds.spec-categories: not found",),
+    ErrorKind.UNSUPPORTED: ("kinds.spec-categories: unsupported operation",),
+    ErrorKind.INVALID_RESPONSE: ("kinds.spec-categories: response/schema validation",),
+    ErrorKind.CIRCUIT_OPEN: ("kinds.spec-categories: circuit open",),
+    ErrorKind.QUOTA_EXCEEDED: ("kinds.llm-kinds",),
+    ErrorKind.MODEL_ERROR: ("kinds.llm-kinds",),
+    ErrorKind.NETWORK_ERROR: ("kinds.llm-kinds",),
 }
 
 

@@ -10,6 +10,8 @@ Paths given by the user are taken relative to the current directory. Without one
 
 The bundled manifests are the repository's top-level ``manifests/``: a wheel carries them as
 ``engine/manifests`` (package data); an editable install reads the repository's own copy.
+
+Internal: shared by the engine and the console, not API.
 """
 
 from __future__ import annotations

@@ -20,6 +20,8 @@ version of a tool when its new file is invalid (``ManifestRejected``) or cannot 
 (``ManifestRefused``: not a regular file, too large, a broken symlink); only a file that is
 really gone removes its tool (``ManifestRemoved``). ``secret_fields`` extend the engine's redaction
 (:mod:`engine.redaction`) for the tool; a tool file's list adds to the one in ``defaults.yaml``.
+
+Internal: import its public names from :mod:`engine`.
 """
 
 from __future__ import annotations
@@ -63,6 +65,8 @@ SIDE_EFFECT_NOT_IN_DEFAULTS = "not allowed in defaults: state it in each tool's 
 
 
 class SideEffect(StrEnum):
+    """What calling the tool does to the world: decides whether a failed call may be sent again."""
+
     READ_ONLY = "read_only"
     IDEMPOTENT = "idempotent"
     SIDE_EFFECTING = "side_effecting"

@@ -1,4 +1,4 @@
-"""Per-tool metrics (spec §8.1): counters and latency percentiles, lifetime and rolling.
+"""Per-tool metrics (spec-map metrics.per-tool): counters and latency percentiles, lifetime and rolling.
 
 The engine calls the ``on_*`` hooks on its hot path, so each one is a float compare plus a
 few attribute increments on the current second's tally — no allocation once a latency
@@ -17,6 +17,8 @@ the nearest-rank order statistic's bucket, reported as the bucket's geometric mi
 it is within ``LATENCY_PRECISION`` (√1.05 − 1 ≈ 2.47 %) of the exact order statistic for
 latencies from 1 µs to ``LATENCY_CEILING_S`` (10⁶ s). Latencies under 1 µs (a virtual
 clock's instant attempts) report as 0 ms; those above the ceiling report as the top bucket.
+
+Internal: import its public names from :mod:`engine`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""What a turn came to: each call's status and outcome, the turn's result, the sentence for the user."""
+"""What a turn came to: each call's status and outcome, the turn's result, the sentence for the user.
+
+Internal: import its public names from :mod:`engine`.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +18,8 @@ if TYPE_CHECKING:
 
 
 class CallStatus(StrEnum):
+    """How one call of a turn ended; SUCCEEDED and PARTIAL are ``ok``."""
+
     SUCCEEDED = "succeeded"
     PARTIAL = "partial"
     FAILED = "failed"
@@ -32,6 +37,8 @@ _CUT_OFF = (CallStatus.TIMED_OUT, CallStatus.CANCELED, CallStatus.INTERRUPTED)
 
 @dataclass(slots=True)
 class CallOutcome:
+    """One call's end in a turn: its status, its value or error, and the decision that led there."""
+
     call_id: str
     tool_id: str
     status: CallStatus
@@ -50,7 +57,7 @@ class CallOutcome:
 
     @property
     def executed(self) -> bool:
-        """Seed 004: did the tool run? Calls rejected or refused before running do not count."""
+        """Did it run? A call rejected or refused before running did not (spec-map kinds.count-executed)."""
         if self.status in _OK:
             return True
         if self.status is CallStatus.FAILED:
@@ -97,7 +104,7 @@ class TurnResult:
 
     @property
     def failed(self) -> bool:
-        """Seed 004: a turn fails only when it had calls and none of them executed."""
+        """A turn fails only when it had calls and none of them executed (spec-map kinds.turn-failed)."""
         return bool(self.outcomes) and self.executed == 0
 
     @property

@@ -27,6 +27,8 @@ restarts. Redacting is idempotent: a redacted value is left as it is. Upper case
 Textual markup never take the marker for a style tag and drop it from a console line.
 
 Turning redaction off is :meth:`RedactionPolicy.off`, an explicit choice that the engine logs.
+
+Internal: import its public names from :mod:`engine`.
 """
 
 from __future__ import annotations

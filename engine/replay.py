@@ -24,7 +24,7 @@ from anyio import current_time
 from engine.classify import Classification, Rule
 from engine.clock import VirtualWallClock
 from engine.engine import Engine
-from engine.errors import ToolError
+from engine.errors import ToolError, TripwireError
 from engine.events import (
     AlternativeUsed,
     AttemptFailed,
@@ -56,7 +56,7 @@ the replay, on a virtual clock, has none. Attempts end on the recorded timeline,
 delays never add up: each time differs by at most one of them."""
 
 
-class ReplayError(Exception):
+class ReplayError(TripwireError):
     """The turn cannot be replayed (e.g. it was not recorded); ``str()`` is one line."""
 
 
@@ -65,6 +65,8 @@ Outcome = Literal["ok", "error", "timeout", "cut"]
 
 @dataclass(frozen=True, slots=True)
 class RecordedAttempt:
+    """One attempt as the trace recorded it: what the replay makes the tool do again."""
+
     tool_id: str
     call_id: str
     attempt: int
@@ -200,6 +202,10 @@ class _Replayed:
     def fault_type(self) -> str | None:
         return self.recorded.fault_type
 
+    def stream_cut(self) -> None:
+        """A recorded outcome plays in the tool's place, streaming or not."""
+        return
+
     async def run(self, invoke: Callable[[], Any]) -> Any:
         r = self.recorded
         if r.outcome in ("timeout", "cut"):
@@ -229,6 +235,9 @@ class _Unmatched:
 
     def __init__(self, what: str) -> None:
         self.what = what
+
+    def stream_cut(self) -> None:
+        return None
 
     async def run(self, invoke: Callable[[], Any]) -> Any:
         raise ToolError(ErrorKind.INTERNAL_ERROR, f"replay: no recorded outcome for {self.what}")
@@ -268,6 +277,8 @@ class ReplayInjector:
 
 @dataclass(slots=True)
 class ReplayReport:
+    """A replayed turn checked against its recording; ``matches`` when every decision was the same."""
+
     turn_id: str
     mismatches: list[str] = field(default_factory=list)
     """Decisions that differ, as ``what: recorded … ≠ replayed …``."""

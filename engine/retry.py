@@ -1,7 +1,9 @@
-"""Retry policy (spec §2): exponential backoff with jitter inside a total time budget.
+"""Retry policy (spec-map retry): exponential backoff with jitter inside a total time budget.
 
 Everything here is pure: the caller passes elapsed time, the attempt count and a
 ``random.Random``, so the math is tested without clocks.
+
+Internal: import its public names from :mod:`engine`.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ MAX_MULTIPLIER = 10.0
 
 
 class RetryPolicy(BaseModel):
-    """Spec §2.1 defaults; every field can be overridden per tool (spec §2.2).
+    """The defaults of spec-map retry.defaults; every field can be overridden per tool (retry.overrides).
 
     Numbers are bounded (durations ≤ 24 h, attempts ≤ 100, multiplier ≤ 10), finite, and never
     booleans, so no policy can make the backoff math overflow.
@@ -58,7 +60,7 @@ class RetryPolicy(BaseModel):
         return min(initial * self.multiplier ** (retry - 1), cap)
 
     def delay_s(self, retry: int, rng: random.Random) -> float:
-        """Jittered delay: the spec caps first, then adds ±jitter (800 ms ± 80 ms)."""
+        """Jittered delay: capped first, then ±jitter (800 ms ± 80 ms; spec-map retry.jitter)."""
         base = self.base_delay_ms(retry)
         spread = self.jitter_percent / 100.0
         if spread:
@@ -87,7 +89,7 @@ def plan_retry(
     """Decide the next retry after a transient failure.
 
     ``elapsed_s`` counts from the first attempt's start: a retry that cannot start within
-    ``max_total_time_ms`` is not made (seed 000 2.4). ``remaining_s`` is an outer budget (the
+    ``max_total_time_ms`` is not made (spec-map retry.total-time). ``remaining_s`` is an outer budget (the
     turn's deadline): a retry is only made if it would start with time left to run.
     """
     if attempts_made >= policy.max_attempts:

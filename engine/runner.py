@@ -3,9 +3,11 @@
 Independent calls run concurrently; a call starts when its dependencies have succeeded and
 receives their outputs as arguments. When a dependency fails, a dependant runs with its
 declared ``default`` if it has one, is skipped when optional, and is escalated when required
-(spec §5) — transitively. At the turn's deadline the turn returns at once with what it has:
-unfinished calls are cancelled and reported as timed out (spec §4.2, as the issue settles it).
+(spec-map cascade) — transitively. At the turn's deadline the turn returns at once with what it has:
+unfinished calls are cancelled and reported as timed out (spec-map timeout.turn-deadline).
 A caller cancelled mid-turn leaves it ``interrupted``. Nothing recurses per call.
+
+Internal: :meth:`Engine.run_turn <engine.Engine.run_turn>` runs turns through it.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from engine.engine import CallContext
+from engine.call import CallContext
 from engine.errors import TurnNotPersisted
 from engine.events import (
     CallEscalated,
@@ -39,7 +41,8 @@ from engine.trace import TurnTrace
 from engine.turn import ToolCall, Turn, validate
 
 if TYPE_CHECKING:
-    from engine.engine import CallResult, Engine
+    from engine.call import CallResult
+    from engine.protocols import EngineForTurns
 
 _SUCCEEDED = CallStatus.SUCCEEDED.value
 _time_of = operator.attrgetter("t")
@@ -80,7 +83,7 @@ class TurnRunner:
 
     def __init__(
         self,
-        engine: Engine,
+        engine: EngineForTurns,
         turn: Turn,
         *,
         stop: anyio.Event | None = None,
@@ -408,7 +411,7 @@ _TRACED_MAX = 8
 _TRACED_MAX_CALLS = 1000
 
 
-def traced_spec(engine: Engine, spec: dict[str, Any]) -> dict[str, Any]:
+def traced_spec(engine: EngineForTurns, spec: dict[str, Any]) -> dict[str, Any]:
     """A turn's spec as its ``TurnStarted`` holds it: each call's arguments and default redacted by
     its tool's policy (:meth:`Engine.redaction_for`). The same dict when nothing needed redacting."""
     if not engine.redaction.enabled:

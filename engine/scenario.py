@@ -22,6 +22,8 @@ scenario:
       calls:
         - {id: call_1, tool: hotel_search, args: {city: Rome}}
 ```
+
+Internal: ``tripwire run`` is its API.
 """
 
 from __future__ import annotations

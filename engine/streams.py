@@ -7,6 +7,8 @@ has reached the consumer yet. After that each chunk must arrive within the tool'
 once chunks were delivered cannot be retried without duplicating them: it is a truncated
 stream — a transient ``partial_result`` failure that counts against the breaker. A
 consumer that stops reading early is not a failure and does not count at all.
+
+Internal: :meth:`Engine.stream <engine.Engine.stream>` is its API.
 """
 
 from __future__ import annotations
@@ -18,15 +20,14 @@ from typing import TYPE_CHECKING, Any, Self
 import anyio
 from anyio import CancelScope, current_time
 
-from engine.breaker import AttemptOutcome, Permit
 from engine.cancellation import is_stray_cancellation, stray_cancellation_error
-from engine.classify import classify
 from engine.errors import ToolError
 from engine.events import StreamEnded
 from engine.kinds import ErrorKind
 
 if TYPE_CHECKING:
-    from engine.engine import CallContext, Engine
+    from engine.call import CallContext
+    from engine.protocols import EngineForStreams
 
 
 class _Opened:
@@ -54,7 +55,9 @@ async def open_stream(stream: AsyncIterator[Any]) -> _Opened:
 class ToolStream:
     """``async with engine.stream("tool", **args) as chunks: async for chunk in chunks: ...``"""
 
-    def __init__(self, engine: Engine, tool_id: str, args: dict[str, Any], ctx: CallContext | None) -> None:
+    def __init__(
+        self, engine: EngineForStreams, tool_id: str, args: dict[str, Any], ctx: CallContext | None
+    ) -> None:
         self._engine = engine
         self.tool_id = tool_id
         self._args = args
@@ -127,21 +130,15 @@ class ToolStream:
 
     def _truncated(self, error: BaseException) -> ToolError:
         engine = self._engine
-        now = current_time()
-        classification = classify(
-            ToolError(
-                ErrorKind.PARTIAL_RESULT,
-                f"stream cut after {self.chunks} chunk(s): {error}",
-                tool_id=self._served_by,
-                original_error=error,
-            ),
-            engine.manifest(self._served_by),
+        cut = ToolError(
+            ErrorKind.PARTIAL_RESULT,
+            f"stream cut after {self.chunks} chunk(s): {error}",
+            tool_id=self._served_by,
+            original_error=error,
         )
-        breaker = engine.breaker(self._served_by)
-        # The stream opened fine earlier; its truncation is a transient failure now.
-        breaker.record(Permit(breaker.generation, probe=False), _outcome(classification.transient), now)
-        engine.metrics.tool(self._served_by).on_attempt_failed(
-            now, 0.0, transient=classification.transient, timed_out=isinstance(error, TimeoutError)
+        # The stream opened fine earlier; its truncation is a failure now, counted as this call's.
+        classification = engine.failed_after_opening(
+            self._served_by, cut, self._ctx, self._call_id, timed_out=isinstance(error, TimeoutError)
         )
         policy = engine.redaction_for(self._served_by)
         problem = policy.text(f"{type(error).__name__}: {error}", policy.secrets_in(self._args))
@@ -169,10 +166,6 @@ class ToolStream:
                 ),
                 trace,
             )  # fmt: skip
-
-
-def _outcome(transient: bool) -> AttemptOutcome:
-    return AttemptOutcome.FAILED if transient else AttemptOutcome.ANSWERED
 
 
 async def collect(stream: AsyncIterator[Any]) -> list[Any]:

@@ -5,6 +5,8 @@ cancelled). Attempts of one tool share a timeout, so their deadlines arrive in o
 supervisor keeps one insertion-ordered bucket per timeout value, sleeps until the earliest
 head, and cancels the scopes whose deadline has passed. Registering and finishing an
 attempt are O(1) dictionary operations.
+
+Internal: the engine's machinery, no public names.
 """
 
 from __future__ import annotations

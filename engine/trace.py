@@ -1,7 +1,9 @@
-"""The turn trace (spec §8.2): every event of one turn, in time order.
+"""The turn trace (spec-map trace.decisions): every event of one turn, in time order.
 
 Events at the same instant are ordered by call (dependency depth, then turn order) rather
 than by how tasks happened to be scheduled, so the same plan and seed give the same trace.
+
+Internal: import its public names from :mod:`engine`.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ class TurnTrace:
         return [e.describe() for e in self.events]
 
     def to_dicts(self) -> list[dict[str, Any]]:
-        """The spec's JSON shape: ``event_type``, ``tool_id``, ``timestamp``, … per event."""
+        """The JSON shape of spec-map trace.shape: ``event_type``, ``tool_id``, ``timestamp``, … per event."""
         return [e.to_dict() for e in self.events]
 
     def to_json(self, *, indent: int | None = None) -> str:

@@ -3,6 +3,8 @@
 A :class:`Turn` is a DAG of :class:`ToolCall`. Its structure is checked when it is made, without
 recursion (a 10,000-call chain in any order is fine): an invalid turn cannot exist. How a turn
 runs is :mod:`engine.runner`; what it came to, :mod:`engine.outcomes`.
+
+Internal: import its public names from :mod:`engine`.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.errors import jsonable
+from engine.errors import TripwireError, jsonable
 from engine.handler import MISSING
 from engine.outcomes import CallOutcome, CallStatus, summarize
 
@@ -47,7 +49,7 @@ class Turn:
     """Stored as a tuple."""
     id: str | None = None
     deadline_s: float | None = 300.0
-    """The spec's per-turn timeout (5 minutes); None for no deadline."""
+    """The default per-turn timeout, 5 minutes (spec-map timeout.turn-default); None for no deadline."""
     by_id: Mapping[str, ToolCall] = field(init=False, repr=False, compare=False)
     dependants: Mapping[str, tuple[str, ...]] = field(init=False, repr=False, compare=False)
     """Call id → the calls that depend on it, in turn order."""
@@ -154,7 +156,7 @@ class Turn:
         return cls(calls, spec.get("id"), spec.get("deadline_s"))
 
 
-class TurnError(ValueError):
+class TurnError(TripwireError, ValueError):
     """A turn that cannot run; nothing ran. ``str()`` is the first problem, on one line."""
 
     def __init__(self, problems: Iterable[str]) -> None:

@@ -6,6 +6,8 @@ validating run in a worker thread (a 1 MiB file, a FIFO or a broken symlink neve
 calls in flight); the registry applies the result on the event loop. If the directory is
 deleted, the manifests in force stay, a ``ManifestRefused`` names the directory, and watching
 resumes when it is back.
+
+Internal: ``Engine(watch=True)`` is its API.
 """
 
 from __future__ import annotations

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from pathlib import Path
+from typing import Protocol, cast
 
 from rich.cells import cell_len
-from rich.text import Text
 from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -17,28 +16,35 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 from textual.widgets._footer import FooterKey
 
-from console.model import Changes
-
-if TYPE_CHECKING:
-    from console.app import ConsoleApp
+from console.model import Changes, ConsoleModel
+from console.player import Player
 
 
-Parts = Sequence[str | tuple[str, str]]
-"""Text in runs, each plain or with a style that may name theme colours (``bold $error``)."""
+class ScreenHost(Protocol):
+    """What the views use of the app they run in (:class:`console.app.ConsoleApp`), typed here
+    so that the views, which the app imports, need not import it back."""
 
-_VARIABLE = re.compile(r"\$([a-z0-9-]+)")
+    @property
+    def model(self) -> ConsoleModel:
+        """The model the views show: the replay's while one is shown, else the live one."""
 
+    @property
+    def now(self) -> float:
+        """Engine time as the views show it."""
 
-def rich_text(parts: Parts, variables: Mapping[str, str]) -> Text:
-    """``parts`` as Rich Text, theme colours resolved (for widgets that take Rich, like Tree)."""
-    text = Text(no_wrap=True)
-    for part in parts:
-        if isinstance(part, str):
-            text.append(part)
-        else:
-            content, style = part
-            text.append(content, _VARIABLE.sub(lambda m: variables.get(m.group(1), "default"), style))
-    return text
+    @property
+    def replay(self) -> Player | None: ...
+
+    @property
+    def traces(self) -> Path | None: ...
+
+    def status_text(self) -> Content: ...
+
+    def open_tool(self, tool_id: str) -> None: ...
+
+    def start_replay(
+        self, *, turn_id: str | None = None, since: float | None = None, until: float | None = None
+    ) -> None: ...
 
 
 def stale_text(silence: float) -> str:
@@ -204,8 +210,8 @@ class ConsoleScreen(Screen[None]):
     and once with ``full=True`` when it becomes active again (it did no work while hidden)."""
 
     @property
-    def console_app(self) -> ConsoleApp:
-        return cast("ConsoleApp", self.app)
+    def console_app(self) -> ScreenHost:
+        return cast(ScreenHost, self.app)
 
     def compose(self) -> ComposeResult:
         yield StatusBar()

@@ -11,7 +11,8 @@ from textual.content import Content
 from textual.widgets import DataTable, Static, Tree
 
 from console.model import Changes, TurnView
-from console.screens.base import ConsoleScreen, rich_text
+from console.render import rich_text
+from console.screens.base import ConsoleScreen
 from console.screens.text import TextModal, field_text
 from console.widgets.item_table import ItemTable, Row, hint
 from console.widgets.turn_graph import OUTCOME_STYLE, TurnGraph, turn_label

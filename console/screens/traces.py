@@ -22,10 +22,11 @@ from textual.widgets import DataTable, Input, Select, Static, Tree
 
 from console import render
 from console.model import Changes, ConsoleModel, TurnView
-from console.replay import seeds_from
-from console.screens.base import ConsoleScreen, rich_text
+from console.player import seeds_from
+from console.render import rich_text
+from console.screens.base import ConsoleScreen
 from console.screens.text import TextModal, event_fields, field_text
-from console.traces import UsageError, parse_when
+from console.usage import UsageError, parse_when
 from console.widgets.item_table import ItemTable, Row, hint
 from console.widgets.turn_graph import OUTCOME_STYLE, TurnGraph
 from engine.events import Event, ToolResultSent

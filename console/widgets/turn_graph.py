@@ -10,7 +10,7 @@ from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
 from console.model import CallNode, TurnView
-from console.screens.base import Parts, rich_text
+from console.render import Parts, rich_text
 
 STATUS_STYLE = {
     "succeeded": "$success",

@@ -12,7 +12,7 @@ all or nothing, so a crash never leaves a half-written turn (:mod:`engine.store.
 
 Since schema 2 the store is also how a console reaches an engine in another process: it follows
 the events as they are committed (:mod:`engine.store.follow`) and queues operator actions in
-the ``commands`` table (:mod:`engine.store.command_queue`, applied by :mod:`engine.commands`).
+the ``commands`` table (:mod:`engine.store.command_queue`, applied by :mod:`engine.store.operator_commands`).
 Since schema 3 it records who writes each turn, so turns left running by a process that is
 gone are finished as ``interrupted`` (:mod:`engine.store.writers`). Retention removes old turns
 in small steps (:mod:`engine.store.retention`).
@@ -25,6 +25,16 @@ from engine.store.codec import decode_event
 from engine.store.command_auth import CommandKeyError
 from engine.store.export import ExportRefused
 from engine.store.failures import StoreWriteError
+from engine.store.operator_commands import (
+    RESERVED_ACTORS,
+    Acknowledgement,
+    CommandGuard,
+    CommandTarget,
+    apply_command,
+    apply_pending_commands,
+    operator_name,
+    serve_operator_commands,
+)
 from engine.store.recorder import RecorderStats, TraceRecorder
 from engine.store.retention import DEFAULT_MAX_AGE_S, DEFAULT_MAX_BYTES, RetentionPolicy
 from engine.store.rows import (
@@ -52,14 +62,18 @@ __all__ = [
     "DEFAULT_MAX_BYTES",
     "DEFAULT_PATH",
     "MIGRATIONS",
+    "RESERVED_ACTORS",
     "SCHEMA_VERSION",
     "SYNCHRONOUS",
     "TABLES",
+    "Acknowledgement",
     "AttemptRow",
     "CommandAction",
+    "CommandGuard",
     "CommandKeyError",
     "CommandRow",
     "CommandStatus",
+    "CommandTarget",
     "ExportRefused",
     "RecorderStats",
     "RetentionPolicy",
@@ -76,5 +90,9 @@ __all__ = [
     "TurnPage",
     "TurnRow",
     "WriterRow",
+    "apply_command",
+    "apply_pending_commands",
     "decode_event",
+    "operator_name",
+    "serve_operator_commands",
 ]

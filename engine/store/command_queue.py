@@ -1,9 +1,9 @@
 """The ``commands`` table: operator actions queued for the engine serving the store.
 
 A console attached to the store queues them, signed with the store's command key
-(:mod:`engine.store.command_auth`); :mod:`engine.commands` checks, applies and acknowledges them
-in the engine's process. The table is also the audit of operator actions: who sent what, when,
-why, and what became of it (applied, failed, refused and why).
+(:mod:`engine.store.command_auth`); :mod:`engine.store.operator_commands` checks, applies and
+acknowledges them in the engine's process. The table is also the audit of operator actions:
+who sent what, when, why, and what became of it (applied, failed, refused and why).
 """
 
 from __future__ import annotations

@@ -15,8 +15,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Literal
 
+from engine.errors import TripwireError
 
-class ExportRefused(Exception):
+
+class ExportRefused(TripwireError):
     """An export that would destroy something, or cannot be written; ``str()`` is one line.
 
     ``remedy`` names what would make it work: ``"force"`` (the target exists and is replaced

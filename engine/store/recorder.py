@@ -75,6 +75,8 @@ _SINK_ACTIONS: dict[type[Event], int] = {
 
 @dataclass(frozen=True, slots=True)
 class RecorderStats:
+    """The recorder's counters so far (:meth:`TraceRecorder.stats`)."""
+
     written: int
     """Events committed."""
     batches: int

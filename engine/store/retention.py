@@ -27,7 +27,9 @@ from engine.store.opening import rollback
 log = logging.getLogger("tripwire.store")
 
 DEFAULT_MAX_AGE_S = 7 * 86400.0
+"""Retention's default: turns older than a week are removed."""
 DEFAULT_MAX_BYTES = 1 << 30
+"""Retention's default: the oldest turns are removed while the store is over 1 GiB."""
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _DURATION_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)b?\s*$", re.IGNORECASE)

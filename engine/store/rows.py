@@ -28,6 +28,8 @@ class TurnRow:
 
 @dataclass(frozen=True, slots=True)
 class TurnPage:
+    """One page of turn rows, newest first, and the cursor to the next."""
+
     rows: list[TurnRow]
     next_cursor: str | None
     """Pass as ``cursor`` for the next (older) page; None on the last page."""
@@ -58,6 +60,8 @@ class AttemptRow(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class StoredTurn:
+    """One turn as stored: its row, every event, its attempts and what it started with."""
+
     row: TurnRow
     events: list[Event]
     """Every event of the turn in the order it happened, breaker transitions its calls caused included."""
@@ -69,7 +73,9 @@ class StoredTurn:
 
 
 CommandAction = Literal["trip", "reset", "disable"]
+"""What an operator command asks of a tool's breaker."""
 COMMAND_ACTIONS: tuple[CommandAction, ...] = ("trip", "reset", "disable")
+"""Every :data:`CommandAction`: what ``TraceStore.submit_command`` accepts."""
 CommandStatus = Literal["pending", "applied", "failed", "refused"]
 """Failed: taken, but it could not be carried out (an unknown tool); refused: not taken (a missing
 or wrong MAC, a reserved or blank actor, no or a past expiry, an id taken already)."""
@@ -77,7 +83,7 @@ or wrong MAC, a reserved or blank actor, no or a past expiry, an id taken alread
 
 @dataclass(frozen=True, slots=True)
 class CommandRow:
-    """An operator command for the engine serving this store (see :mod:`engine.commands`)."""
+    """An operator command for the engine serving this store (see :mod:`engine.store.operator_commands`)."""
 
     id: int
     created_at: float
@@ -128,6 +134,8 @@ class StoredBreaker:
 
 @dataclass(frozen=True, slots=True)
 class ToolState:
+    """A tool's newest stored breaker state and manifest (None when the store has none)."""
+
     tool_id: str
     breaker: StoredBreaker | None
     manifest: StoredManifest | None

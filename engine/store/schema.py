@@ -170,5 +170,6 @@ def _v4(db: Database) -> None:
 MIGRATIONS: list[Migration] = [_v1, _v2, _v3, _v4]
 """Migration ``i`` takes a store from schema version ``i`` to ``i + 1``; never edit a released one."""
 SCHEMA_VERSION = len(MIGRATIONS)
+"""The newest schema's version: what opening migrates a store up to."""
 TABLES = frozenset({"meta", "turns", "turn_tools", "events", "attempts", "manifests", "commands", "writers"})
 """Every table of the newest schema."""

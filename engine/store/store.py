@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 DEFAULT_PATH = PROJECT_TRACES / TRACES_FILE
 """A project's store, relative to it; without a ``path`` a store follows :func:`default_trace_store`."""
 SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
+"""SQLite's ``synchronous`` levels a store may be opened with (``NORMAL`` by default)."""
 
 
 class TraceStore(StoreWrites, StoreReads, StoreFollow, CommandQueue, StoreRetention):

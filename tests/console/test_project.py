@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from console.cli import main
-from console.project import starter_files
+from console.cli.init import starter_files
 
 ROOT = Path(__file__).resolve().parents[2]
 

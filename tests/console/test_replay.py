@@ -12,7 +12,9 @@ from textual.widgets import DataTable, Select, Static
 from console.app import ConsoleApp
 from console.cli import main
 from console.model import ConsoleModel
-from console.replay import SPEEDS, ReplaySession, ReplaySource, range_source, turn_source
+from console.player import SPEEDS, range_source, turn_source
+from console.player import Player as ReplaySession
+from console.player import PlayerSource as ReplaySource
 from console.screens.board import BoardScreen
 from console.screens.traces import TraceBrowserScreen, TraceScreen
 from engine.breaker import BreakerState

@@ -22,7 +22,7 @@ import pytest
 from engine import Engine, ToolManifest
 from engine.events import Event
 
-WALL = 1_762_338_645.0  # 2025-11-05T10:30:45Z, the spec's example timestamp
+WALL = 1_762_338_645.0  # 2025-11-05T10:30:45Z, the example timestamp of spec-map trace.shape
 
 
 class Scripted:

@@ -23,6 +23,7 @@ from engine import (
     ToolManifest,
 )
 from engine.events import AttemptFailed
+from engine.turn import ToolCall, Turn
 from tests.engine.conftest import WALL, Scripted, hang, make_engine, new_engine, recorded
 
 pytestmark = pytest.mark.anyio
@@ -456,3 +457,66 @@ async def test_a_service_that_fails_to_start_leaves_nothing_running(tmp_path: Pa
             pass
     assert not engine.timeouts.running
     assert await engine.call("svc") == "ok", "the engine still works without its services"
+
+
+async def test_a_rejected_calls_reason_is_the_same_with_or_without_a_custom_handler() -> None:
+    def defer(failure: Any) -> None:
+        return None
+
+    reasons = []
+    for handler in (None, defer):
+        engine = await new_engine(handler=handler)
+        engine.register("svc", Scripted("ok"))
+        engine.trip("svc")
+        plain = await engine.try_call("svc")
+        turn = await engine.run_turn(Turn([ToolCall("x", "svc", optional=True)]))
+        reasons.append((plain.decision, plain.reason, turn.outcomes["x"].reason))
+    assert reasons[0] == reasons[1]
+    assert "svc" in reasons[0][1] and "FORCED_OPEN" in reasons[0][1], "the tool and its state are named"
+
+
+async def test_a_probe_that_closes_the_breaker_names_its_call_outside_a_turn() -> None:
+    manifest = ToolManifest(
+        id="svc",
+        retry_policy=RetryPolicy(max_attempts=1),
+        circuit_breaker=BreakerConfig(failure_threshold=1, timeout_ms=1000),
+    )
+    engine = await new_engine(manifest)
+    engine.register("svc", Scripted(ConnectionResetError(), "ok"))
+    events = recorded(engine)
+    await engine.try_call("svc")
+    await anyio.sleep(1)
+    assert (await engine.try_call("svc")).ok
+    first, probe = (e.call_id for e in events.of("AttemptStarted"))
+    (opened,) = events.of("BreakerOpened")
+    (closed,) = events.of("BreakerClosed")
+    assert (opened.call_id, closed.call_id) == (first, probe)
+
+
+async def test_a_call_arriving_after_the_open_period_names_itself_on_the_half_open() -> None:
+    manifest = ToolManifest(
+        id="svc",
+        retry_policy=RetryPolicy(max_attempts=1),
+        circuit_breaker=BreakerConfig(failure_threshold=1, timeout_ms=1000),
+    )
+    engine = make_engine(manifest)  # not started: no timer half-opens the breaker first
+    engine.register("svc", Scripted(ConnectionResetError(), "ok"))
+    events = recorded(engine)
+    await engine.try_call("svc")
+    await anyio.sleep(1)
+    await engine.try_call("svc")
+    probe = events.of("AttemptStarted")[1].call_id
+    (half_open,) = events.of("BreakerHalfOpened")
+    assert half_open.call_id == probe
+
+
+async def test_the_half_open_timer_names_no_call() -> None:
+    manifest = ToolManifest(id="svc", circuit_breaker=BreakerConfig(failure_threshold=1, timeout_ms=1000))
+    engine = make_engine(manifest)
+    engine.register("svc", Scripted(ConnectionResetError()))
+    events = recorded(engine)
+    async with engine:
+        await engine.try_call("svc")
+        await anyio.sleep(1.5)
+    (half_open,) = events.of("BreakerHalfOpened")
+    assert (half_open.call_id, half_open.turn_id) == (None, None)

@@ -1,4 +1,4 @@
-"""The classifier, row by row, in its documented order (engine/classify.py).
+"""The classifier, row by row, in its documented order (engine/classify/).
 
 Each row is an exception factory and the expected kind, class, retryability and deciding
 rule. Provider SDK errors are small local fakes named like the real classes (the classifier
@@ -766,14 +766,14 @@ ROWS: list[Row] = [
         K.CONNECTION_RESET,
         reason_has=("(as ServerDisconnectedError)",),
     ),
-    # 7. message patterns: seed 000 §1 wordings
+    # 7. message patterns (spec-map classify.message-patterns): the specification's wordings
     msg("Connection timeout after 30s", K.TIMEOUT, T),
     msg("Invalid airport code: XYZ", K.INVALID_PARAMETERS, P),
     msg("Rate limit exceeded (429)", K.RATE_LIMIT, T, status_code=429),
     msg("Authentication failed (401)", K.AUTH_ERROR, P, status_code=401),
     msg("Service unavailable (503)", K.SERVICE_UNAVAILABLE, T, status_code=503),
     msg("Tool timeout after 30s", K.TIMEOUT, T),
-    # seed 004 "Approved additions": LLM rate_limit
+    # the LLM lists of spec-map classify.message-patterns: rate_limit
     msg("429 Too Many Requests: slow down", K.RATE_LIMIT, T),
     msg("ratelimit reached for org", K.RATE_LIMIT, T),
     msg("rate_limit_error: try again", K.RATE_LIMIT, T),
@@ -882,7 +882,7 @@ def test_to_dict() -> None:
     json.dumps(c.to_dict())
 
 
-# --- manifest overrides (seed 000 1.5) -------------------------------------------------------
+# --- manifest overrides (spec-map classify.manifest-override) --------------------------------
 
 
 def manifest(*overrides: ClassificationOverride) -> ToolManifest:

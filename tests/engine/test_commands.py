@@ -22,15 +22,15 @@ import trio.testing
 
 from engine import Engine, ToolManifest
 from engine.breaker import BreakerState
-from engine.commands import (
+from engine.events import BreakerDisabled, BreakerReset, BreakerTripped
+from engine.store import CommandKeyError, TraceStore, TraceStoreError
+from engine.store.command_auth import MAX_EXPIRY_S, command_origin, sign, signed_content
+from engine.store.operator_commands import (
     CommandGuard,
     apply_command,
     apply_pending_commands,
     serve_operator_commands,
 )
-from engine.events import BreakerDisabled, BreakerReset, BreakerTripped
-from engine.store import CommandKeyError, TraceStore, TraceStoreError
-from engine.store.command_auth import MAX_EXPIRY_S, command_origin, sign, signed_content
 from tests.engine.conftest import WALL, Scripted, make_engine, recorded
 
 pytestmark = pytest.mark.anyio

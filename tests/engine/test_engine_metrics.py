@@ -1,4 +1,4 @@
-"""Per-tool metrics as the engine records them (spec §8.1), on virtual time."""
+"""Per-tool metrics as the engine records them (spec-map metrics.per-tool), on virtual time."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Fault injection (engine/faults.py): plans, one-line errors, matching, chaos, and each fault.
+"""Fault injection (engine/faults/): plans, one-line errors, matching, chaos, and each fault.
 
 Plans are loaded from ``tmp_path`` files or dicts; every pick is made with explicit ordinals.
 Fault behaviour runs on trio's ``MockClock`` (tests/conftest.py), so a 40 s timeout takes no

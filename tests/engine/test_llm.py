@@ -1,6 +1,6 @@
 """The LLM tool-call executor: one result per call id, in order, whatever happens.
 
-Seed 003's error text and registry, seed 004's executed-tool counting and its router-handoff
+The error text and registry (spec-map llm), executed-tool counting and the router-handoff
 harness, and the transcript invariant under generated mixes of faults, timeouts, deadlines
 and stops. Everything runs on trio's MockClock: virtual time is free.
 """
@@ -42,7 +42,7 @@ pytestmark = pytest.mark.anyio
 
 FAILED_HEADER = "Tool Execution Failed\nTool: "
 
-# Seed 003's documented example, verbatim.
+# The documented example of spec-map llm.error-block, verbatim.
 SEED_003_EXAMPLE = (
     "Tool Execution Failed\n"
     "Tool: search\n"
@@ -223,7 +223,7 @@ def test_truncation_caps_length_and_never_cuts_the_header() -> None:
         format_tool_error_for_llm("search", "E", "m", max_chars=100)
 
 
-# --- seed 003's exception and registry ----------------------------------------------------
+# --- the exception and registry (spec-map llm.tool-execution-error, llm.registry) ---------
 
 
 def test_tool_execution_error_has_seed_003_attributes() -> None:
@@ -644,7 +644,7 @@ def test_executor_rejects_bad_settings() -> None:
         ToolCallExecutor(engine, max_error_chars=100)
 
 
-# --- seed 004's harness: invalid router handoff → error text → corrected call → success ---
+# --- spec-map llm.router-handoff: invalid handoff → error text → corrected call → success ---
 
 
 class FakeLLM:

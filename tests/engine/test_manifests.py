@@ -827,7 +827,7 @@ def test_deleting_a_file_removes_the_tool_which_falls_back_to_defaults(bundled: 
     assert fallback.id == "custom_api"
     assert fallback.classification == ()
     assert fallback.timeout_ms == 30000
-    assert fallback.retry_policy == RetryPolicy()  # defaults.yaml matches the spec defaults
+    assert fallback.retry_policy == RetryPolicy()  # defaults.yaml matches spec-map retry.defaults
     assert reload(registry, path) == []
 
 

@@ -1,7 +1,7 @@
-"""Seed 000's test conditions, one named test each, on virtual time.
+"""The specification's test conditions (docs/spec-map.md), one named test each, on virtual time.
 
-§1 classification, §2 retry policy, §3 circuit breaker, §7.1–7.2 edge cases. (§4–§6 and
-§7.3–7.4 need turns and are in test_seed000_turns.py.)
+Conditions 1 classification, 2 retry policy, 3 circuit breaker, 7.1–7.2 edge cases. (4–6 and
+7.3–7.4 need turns and are in test_seed000_turns.py.) The map names each condition's entry.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def custom_api() -> ToolManifest:
     return load_manifest(MANIFESTS / "custom_api.yaml")
 
 
-# --- §1 error classification ---------------------------------------------------------------
+# --- 1 error classification (spec-map classify) --------------------------------------------
 
 
 def test_1_1_network_timeout_classified_as_transient() -> None:
@@ -66,7 +66,7 @@ def test_1_5_tool_manifest_can_override_classification() -> None:
     assert c.reason.startswith("manifest override for custom_api: status 503 treated as permanent")
 
 
-# --- §2 retry policy -----------------------------------------------------------------------
+# --- 2 retry policy (spec-map retry) -------------------------------------------------------
 
 pytestmark_anyio = pytest.mark.anyio
 
@@ -138,7 +138,7 @@ async def test_2_5_tool_specific_overrides_work() -> None:
     assert second == pytest.approx(0.1, rel=0.1)
 
 
-# --- §3 circuit breaker --------------------------------------------------------------------
+# --- 3 circuit breaker (spec-map breaker) --------------------------------------------------
 
 
 def single_attempts() -> ToolManifest:
@@ -256,7 +256,7 @@ async def test_3_5_transient_errors_increment_circuit_counter() -> None:
     assert engine.breaker("flight_search").consecutive_failures == 5
 
 
-# --- §7 edge cases ----------------------------------------------------------------------
+# --- 7 edge cases (spec-map breaker.opens, breaker.permanent-not-counted) ---------------
 
 
 @pytestmark_anyio

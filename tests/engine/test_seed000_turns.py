@@ -1,6 +1,6 @@
-"""Seed 000's turn conditions, one named test each, on virtual time.
+"""The specification's turn conditions (docs/spec-map.md), one named test each, on virtual time.
 
-§4 timeouts, §5 cascading failures, §6 the error handler, §7.3–7.4 deadlines during retries.
+Conditions 4 timeouts, 5 cascading failures, 6 the error handler, 7.3–7.4 deadlines during retries.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.anyio
 LONG_BUDGET = RetryPolicy(max_total_time_ms=600_000)
 
 
-# --- §4 timeouts ---------------------------------------------------------------------------
+# --- 4 timeouts (spec-map timeout) ---------------------------------------------------------
 
 
 async def test_4_1_per_tool_timeout_terminates_tool() -> None:
@@ -95,7 +95,7 @@ async def test_4_4_timeouts_recorded_in_turn_trace() -> None:
     assert entry["timestamp"] == "2025-11-05T10:30:45.000Z"
 
 
-# --- §5 cascading failures -----------------------------------------------------------------
+# --- 5 cascading failures (spec-map cascade) -----------------------------------------------
 
 
 async def travel_engine(**scripts: Any) -> Any:
@@ -171,7 +171,7 @@ async def test_5_4_independent_tools_continue_despite_failures() -> None:
     assert result.results == {"B": "hotel_search result", "C": "activity_search result"}
 
 
-# --- §6 the error handler ------------------------------------------------------------------
+# --- 6 the error handler (spec-map handler) ------------------------------------------------
 
 
 async def test_6_1_error_handler_receives_error_notifications() -> None:
@@ -268,7 +268,7 @@ async def test_6_6_turn_trace_records_all_error_handling_decisions() -> None:
     assert result.trace.of("TurnFinished")[0].statuses == {"f": "succeeded", "h": "failed", "a": "succeeded"}
 
 
-# --- §7 deadlines during retries -----------------------------------------------------------
+# --- 7 deadlines during retries (spec-map timeout.during-retry, timeout.deadline-during-retry) ---
 
 
 async def test_7_3_timeout_during_retry() -> None:
@@ -288,7 +288,7 @@ async def test_7_3_timeout_during_retry() -> None:
 
 
 async def test_7_4_per_turn_timeout_during_retry() -> None:
-    # The seed's attempt 2 must still be running at t=60s, so its tool timeout is 40 s, not 30.
+    # Condition 7.4's attempt 2 still runs at t=60s, so its tool timeout is 40 s, not 30.
     manifest = ToolManifest(id="flight_search", timeout_ms=40_000, retry_policy=LONG_BUDGET)
     engine = await new_engine(manifest)
     tool = engine.register("flight_search", Scripted(after(25, ConnectionResetError()), hang))

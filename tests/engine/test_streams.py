@@ -163,3 +163,15 @@ async def test_a_non_streaming_tool_cannot_be_streamed() -> None:
     engine.register("plain", plain)
     with pytest.raises(TypeError, match="not a streaming tool"):
         engine.stream("plain")
+
+
+async def test_a_truncation_that_opens_the_breaker_names_the_streams_call() -> None:
+    source = Source((["a", "b"], ConnectionResetError("peer went away")))
+    engine = await streaming_engine(source, circuit_breaker=BreakerConfig(failure_threshold=1))
+    events = recorded(engine)
+    with pytest.raises(ToolError):
+        await drain(engine, "llm")
+    (started,) = events.of("AttemptStarted")
+    (opened,) = events.of("BreakerOpened")
+    (ended,) = events.of("StreamEnded")
+    assert opened.call_id == started.call_id == ended.call_id

@@ -1,5 +1,5 @@
 """Turns (the issue): DAG validation, concurrency, cascades, alternatives, partial results,
-deadlines, stop, pluggable handlers, seed 004 counting, determinism, summaries and traces.
+deadlines, stop, pluggable handlers, counting (spec-map kinds.turn-failed), determinism, summaries and traces.
 
 Everything runs on trio's MockClock: sleeping 300 virtual seconds is free.
 """
@@ -795,7 +795,7 @@ async def test_per_turn_handler_also_decides_for_the_alternative() -> None:
     assert engine_seen == []
 
 
-# --- seed 004 counting --------------------------------------------------------------------
+# --- executed-tool counting (spec-map kinds.turn-failed) ----------------------------------
 
 
 async def test_turn_with_only_invalid_parameters_failures_is_failed() -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from console.cli import main
-from console.project import init_project
+from console.cli.init import init_project
 from engine.errors import TraceStoreError
 from engine.store import TraceStore
 from tests.engine.test_store import turn_events

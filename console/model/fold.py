@@ -1,23 +1,17 @@
-"""The console's view model: everything the screens show, folded from engine events.
-
-Pure: no Textual, no I/O, no clock of its own. ``ConsoleModel.apply(events)`` folds a batch of
-engine events (live, from a stored trace, or replayed) and says what changed; every query that
-depends on time takes ``now``, in engine time (the events' ``t``). Screens render from it and
-nothing else, so the same model drives the live board, an attached console and a replay.
-
-Rolling figures are the engine's own: each tool's events feed an
-:class:`engine.metrics.ToolMetrics` through the same hooks the engine calls, so the console's
-counts, error %, percentiles and sparkline are the engine's, for live, attached and replayed
-data alike, in bounded memory whatever the event rate.
-"""
+"""The fold: :class:`ConsoleModel` takes engine events, batch by batch, into the tools, turns,
+manifests and event log the views show, and says what changed."""
 
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from console.model.event_log import EVENTS_KEPT, EventRow, event_row
+from console.model.manifests import ManifestChange, ManifestView
+from console.model.tools import HISTORY, BoardRow, ErrorRow, InFlight, ToolSeed, ToolView, Transition
+from console.model.turns import TURNS_KEPT, CallNode, TurnView, call_nodes
 from engine.breaker import BreakerState
 from engine.events import (
     AlternativeUsed,
@@ -36,7 +30,6 @@ from engine.events import (
     ManifestRejected,
     ManifestRemoved,
     StreamEnded,
-    ToolEvent,
     ToolTimedOut,
     TurnCanceled,
     TurnDeadlineExceeded,
@@ -45,410 +38,11 @@ from engine.events import (
     TurnStarted,
 )
 from engine.kinds import ErrorClass, ErrorKind
-from engine.metrics import Counts, ToolMetrics, ToolStats
 
-WINDOW_S = 60
-"""Rolling counts, error % and percentiles cover this many seconds. Hystrix used 10 s for
-services answering thousands of calls a second; an agent's tools see a few calls a minute."""
-SPARK_S = 120
-"""The sparkline's length: calls per second over the last two minutes."""
-HISTORY = 50
-"""Breaker transitions and errors kept per tool."""
-RECENT_CALLS = 12
-"""Calls shown in a tool's retry timeline."""
-RECENT_EVENTS = 64
-"""Call events kept per tool, to draw its retry timeline from."""
 STATS_PER_FLUSH = 25
 """Tools whose rolling figures one board refresh takes again, at most."""
-TURNS_KEPT = 30
-EVENTS_KEPT = 5_000
 STALE_IN_FLIGHT_S = 5.0
 """An attempt still listed this long after its deadline lost its end event (a gap): dropped."""
-
-SEVERITY: dict[BreakerState, int] = {
-    BreakerState.FORCED_OPEN: 0,
-    BreakerState.OPEN: 1,
-    BreakerState.HALF_OPEN: 2,
-    BreakerState.DISABLED: 3,
-    BreakerState.CLOSED: 4,
-}
-"""Board order when sorting by state: the most urgent first."""
-
-# --- per-tool state -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Transition:
-    t: float
-    at: float
-    from_state: BreakerState
-    to_state: BreakerState
-    actor: str
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class ErrorRow:
-    t: float
-    at: float
-    call_id: str
-    turn_id: str | None
-    attempt: int
-    kind: str
-    error_class: str
-    reason: str
-    message: str
-    status_code: int | None
-    decision: str
-
-
-@dataclass(slots=True)
-class InFlight:
-    call_id: str
-    turn_id: str | None
-    attempt: int
-    started: float
-    deadline: float
-    probe: bool
-
-
-@dataclass(slots=True)
-class AttemptSpan:
-    attempt: int
-    start: float
-    end: float | None = None
-    outcome: str = "running"
-    """running, ok, error, timeout or cut (by the turn's deadline or a stop)."""
-    kind: str | None = None
-    delay_ms: float | None = None
-    """The backoff planned after this attempt, when it was retried."""
-
-
-@dataclass(slots=True)
-class CallTimeline:
-    call_id: str
-    turn_id: str | None
-    start: float
-    attempts: list[AttemptSpan] = field(default_factory=list)
-    outcome: str = "running"
-    """running, succeeded, partial, failed, rejected or cut."""
-    end: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ManifestView:
-    digest: str
-    version: int
-    path: str
-    loaded_at: float
-    content: Mapping[str, Any]
-
-    @property
-    def failure_threshold(self) -> int | None:
-        breaker = self.content.get("circuit_breaker")
-        return int(breaker["failure_threshold"]) if isinstance(breaker, Mapping) else None
-
-
-@dataclass(frozen=True, slots=True)
-class BoardRow:
-    """One tool as the board shows it at a moment."""
-
-    tool_id: str
-    state: BreakerState
-    consecutive_failures: int
-    failure_threshold: int | None
-    half_open_at: float | None
-    stats: ToolStats
-    in_flight: int
-
-    @property
-    def window(self) -> Counts:
-        return self.stats.window
-
-    @property
-    def error_percent(self) -> float | None:
-        return self.stats.window.error_percent
-
-    @property
-    def rate(self) -> float:
-        """Calls per second over the window."""
-        return self.stats.rate_per_s
-
-    @property
-    def p50_ms(self) -> float | None:
-        return self.stats.window.p50_ms
-
-    @property
-    def p99_ms(self) -> float | None:
-        return self.stats.window.p99_ms
-
-    @property
-    def spark(self) -> tuple[int, ...]:
-        return self.stats.sparkline
-
-
-class ToolView:
-    """Everything the console knows about one tool; ``version`` grows with every change."""
-
-    __slots__ = (
-        "_row",
-        "_row_version",
-        "_stats",
-        "_stats_second",
-        "_stats_seq",
-        "_stats_version",
-        "consecutive_failures",
-        "errors",
-        "half_open_at",
-        "history",
-        "in_flight",
-        "manifest",
-        "metrics",
-        "recent",
-        "state",
-        "tool_id",
-        "version",
-    )
-
-    def __init__(self, tool_id: str, state: BreakerState = BreakerState.CLOSED) -> None:
-        self.tool_id = tool_id
-        self.state = state
-        self.consecutive_failures = 0
-        self.half_open_at: float | None = None
-        self.history: deque[Transition] = deque(maxlen=HISTORY)
-        self.errors: deque[ErrorRow] = deque(maxlen=HISTORY)
-        self.in_flight: dict[tuple[str | None, str], InFlight] = {}
-        """The attempt each running call is on, by (turn, call)."""
-        self.recent: deque[Event] = deque(maxlen=RECENT_EVENTS)
-        """This tool's newest call events (and the deadlines that cut its calls off): the
-        retry timeline is built from them when it is shown, not on every event."""
-        self.metrics = ToolMetrics(tool_id, window_s=WINDOW_S, history_s=SPARK_S)
-        self.manifest: ManifestView | None = None
-        self.version = 0
-        self._row: BoardRow | None = None
-        self._row_version = -1
-        self._stats: ToolStats | None = None
-        self._stats_version = -1
-        self._stats_second = -1
-        self._stats_seq = 0
-
-    @property
-    def failure_threshold(self) -> int | None:
-        return self.manifest.failure_threshold if self.manifest is not None else None
-
-    def lifetime(self, now: float) -> Counts:
-        return self.row(now).stats.life
-
-    def stats_stale(self, now: float) -> bool:
-        """The tool changed since its figures were taken, or their window moved on a second."""
-        return self._stats is None or self._stats_version != self.version or self._stats_second != int(now)
-
-    def refresh_stats(self, now: float, seq: int = 0) -> None:
-        self._stats = self.metrics.snapshot(now)
-        self._stats_version, self._stats_second, self._stats_seq = self.version, int(now), seq
-
-    def row(self, now: float, *, refresh: bool = True) -> BoardRow:
-        """The board's figures at ``now``: the breaker's always current, the rolling ones (a
-        snapshot of the tool's metrics) taken again if stale, unless ``refresh`` is False (the
-        board takes them in turns: see :meth:`ConsoleModel.rows`)."""
-        if self._stats is None or (refresh and self.stats_stale(now)):
-            self.refresh_stats(now)
-        stats = self._stats
-        assert stats is not None
-        row = self._row
-        if row is None or self._row_version != self.version or row.stats is not stats:
-            row = self._row = BoardRow(
-                self.tool_id, self.state, self.consecutive_failures, self.failure_threshold,
-                self.half_open_at if self.state is BreakerState.OPEN else None, stats, len(self.in_flight),
-            )  # fmt: skip
-            self._row_version = self.version
-        return row
-
-    def timelines(self, limit: int = RECENT_CALLS) -> list[CallTimeline]:
-        """The newest ``limit`` calls of this tool, oldest first, attempt by attempt."""
-        return build_timelines(self.recent, limit)
-
-    def _end(self, e: Event, turn_id: str | None, call_id: str) -> None:
-        self.in_flight.pop((turn_id, call_id), None)
-        self.recent.append(e)
-
-
-def build_timelines(events: Iterable[Event], limit: int = RECENT_CALLS) -> list[CallTimeline]:
-    """Calls on a time axis from their events: attempts, the backoff planned after each, the end."""
-    calls: OrderedDict[tuple[str | None, str], CallTimeline] = OrderedDict()
-
-    def call(turn_id: str | None, call_id: str, t: float) -> CallTimeline:
-        timeline = calls.get((turn_id, call_id))
-        if timeline is None:
-            timeline = calls[(turn_id, call_id)] = CallTimeline(call_id, turn_id, t)
-        return timeline
-
-    def span(timeline: CallTimeline, attempt: int, t: float) -> AttemptSpan:
-        for existing in reversed(timeline.attempts):
-            if existing.attempt == attempt:
-                return existing
-        created = AttemptSpan(attempt, t)
-        timeline.attempts.append(created)
-        return created
-
-    def end(timeline: CallTimeline, t: float, outcome: str) -> None:
-        timeline.outcome, timeline.end = outcome, t
-        for attempt in timeline.attempts:
-            if attempt.end is None:
-                attempt.end, attempt.outcome = t, "ok" if outcome in ("succeeded", "partial") else "cut"
-
-    for e in events:
-        if isinstance(e, TurnDeadlineExceeded | TurnCanceled | TurnInterrupted):
-            for call_id in e.unfinished:
-                timeline = calls.get((e.turn_id, call_id))
-                if timeline is not None and timeline.end is None:
-                    end(timeline, e.t, "cut")
-            continue
-        if not isinstance(e, ToolEvent):
-            continue
-        timeline = call(e.turn_id, e.call_id, e.t)
-        if isinstance(e, AttemptStarted):
-            span(timeline, e.attempt, e.t)
-        elif isinstance(e, ToolTimedOut):
-            attempt = span(timeline, e.attempt, e.t)
-            attempt.end, attempt.outcome, attempt.kind = e.t, "timeout", str(ErrorKind.TIMEOUT)
-        elif isinstance(e, AttemptFailed):
-            attempt = span(timeline, e.attempt, e.t)
-            if attempt.outcome == "running":  # a timeout already ended it
-                attempt.end, attempt.outcome = e.t, "error"
-            attempt.kind = str(e.kind)
-            if e.decision == "retry":
-                attempt.delay_ms = e.delay_ms
-        elif isinstance(e, CallSucceeded):
-            end(timeline, e.t, "partial" if e.partial else "succeeded")
-        elif isinstance(e, CallFailed):
-            end(timeline, e.t, "failed")
-        elif isinstance(e, CallRejected):
-            end(timeline, e.t, "rejected")
-        elif isinstance(e, StreamEnded) and e.outcome == "abandoned":
-            end(timeline, e.t, "succeeded")
-    return list(calls.values())[-limit:]
-
-
-# --- turns ----------------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class CallNode:
-    call_id: str
-    tool_id: str
-    depends_on: tuple[str, ...]
-    optional: bool
-    has_default: bool
-    status: str = "pending"
-    """pending, running, then a ``CallStatus`` value: succeeded, partial, failed, skipped,
-    escalated, timed_out or canceled."""
-    reason: str = ""
-    attempts: int = 0
-    served_by: str | None = None
-    used_default: bool = False
-    rejected: bool = False
-
-    @property
-    def label(self) -> str:
-        """The outcome as the dependency view names it."""
-        if self.status in ("succeeded", "partial") and self.served_by:
-            return "alternative used"
-        if self.status in ("succeeded", "partial") and self.used_default:
-            return "defaulted"
-        if self.status == "failed" and self.rejected:
-            return "rejected"
-        return self.status.replace("_", " ")
-
-
-@dataclass(slots=True)
-class TurnView:
-    turn_id: str
-    t: float
-    at: float
-    deadline_ms: float | None
-    calls: dict[str, CallNode]
-    outcome: str = "running"
-    summary: str = ""
-    duration_ms: float | None = None
-    version: int = 0
-
-    @property
-    def finished(self) -> bool:
-        return self.outcome != "running"
-
-    def roots(self) -> list[CallNode]:
-        return [c for c in self.calls.values() if not c.depends_on]
-
-    def dependants(self, call_id: str) -> list[CallNode]:
-        return [c for c in self.calls.values() if call_id in c.depends_on]
-
-
-def _nodes(event: TurnStarted) -> dict[str, CallNode]:
-    spec = event.spec or {}
-    nodes: dict[str, CallNode] = {}
-    for call in spec.get("calls", ()):
-        call_id = str(call.get("id"))
-        nodes[call_id] = CallNode(
-            call_id, str(call.get("tool", "?")), tuple(call.get("depends_on") or ()),
-            bool(call.get("optional", False)), "default" in call,
-        )  # fmt: skip
-    for call_id in event.calls:  # a turn stored without its spec still lists its calls
-        nodes.setdefault(call_id, CallNode(call_id, "?", (), False, False))
-    return nodes
-
-
-# --- manifests and the event log ------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ManifestChange:
-    at: float
-    what: str
-    """loaded, reloaded, removed, rejected or refused."""
-    tool_id: str | None
-    path: str
-    version: int | None
-    digest: str | None
-    errors: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class EventRow:
-    seq: int
-    t: float
-    at: float
-    event_type: str
-    tool_id: str | None
-    turn_id: str | None
-    severity: str
-    """error, warning, success or info: how the event log colours the line."""
-    text: str
-
-
-_SEVERITY: dict[str, str] = {
-    "CallFailed": "error", "BreakerOpened": "error", "BreakerTripped": "error",
-    "ManifestRejected": "error", "TurnDeadlineExceeded": "error", "HandlerFailed": "error",
-    "ManifestRefused": "warning",
-    "ToolError": "warning", "ToolTimeout": "warning", "CallRejected": "warning",
-    "CallSkipped": "warning", "CallEscalated": "warning", "BreakerHalfOpened": "warning",
-    "AlternativeUsed": "warning", "DefaultUsed": "warning", "TurnCanceled": "warning",
-    "TurnInterrupted": "warning",
-    "BreakerDisabled": "warning", "ManifestRemoved": "warning",
-    "CallSucceeded": "success", "BreakerClosed": "success", "BreakerReset": "success",
-}  # fmt: skip
-
-
-def event_row(event: Event, seq: int) -> EventRow:
-    """How the event log shows an event."""
-    event_type = event.event_type
-    return EventRow(
-        seq, event.t, event.at, event_type, getattr(event, "tool_id", None), getattr(event, "turn_id", None),
-        _SEVERITY.get(event_type, "info"), event.describe(),
-    )  # fmt: skip
-
-
-# --- the model ------------------------------------------------------------------------------
 
 
 @dataclass(slots=True)
@@ -465,17 +59,6 @@ class Changes:
         self.turns |= other.turns
         self.manifests = self.manifests or other.manifests
         self.events += other.events
-
-
-@dataclass(frozen=True, slots=True)
-class ToolSeed:
-    """What the console knows of a tool before any event: its breaker and manifest."""
-
-    tool_id: str
-    state: BreakerState = BreakerState.CLOSED
-    consecutive_failures: int = 0
-    half_open_at: float | None = None
-    manifest: ManifestView | None = None
 
 
 class ConsoleModel:
@@ -556,7 +139,7 @@ class ConsoleModel:
         again, the longest-waiting first: 200 busy tools refresh in turns, never all in one flush."""
         stale = [view for view in self.tools.values() if view.stats_stale(now)]
         if len(stale) > budget:
-            stale.sort(key=lambda view: view._stats_seq)
+            stale.sort(key=lambda view: view.stats_seq)
         for view in stale[:budget]:
             self._stats_seq += 1
             view.refresh_stats(now, self._stats_seq)
@@ -628,7 +211,7 @@ def _attempt_started(m: ConsoleModel, e: AttemptStarted, c: Changes) -> None:
 
 def _attempt_failed(m: ConsoleModel, e: AttemptFailed, c: Changes) -> None:
     view = m._tool(e.tool_id)
-    view._end(e, e.turn_id, e.call_id)
+    view.call_ended(e, e.turn_id, e.call_id)
     transient = e.classification is ErrorClass.TRANSIENT
     view.metrics.on_attempt_failed(
         e.t, e.latency_ms / 1000.0, transient=transient, timed_out=e.kind is ErrorKind.TIMEOUT
@@ -649,13 +232,13 @@ def _attempt_failed(m: ConsoleModel, e: AttemptFailed, c: Changes) -> None:
 
 
 def _timed_out(m: ConsoleModel, e: ToolTimedOut, c: Changes) -> None:
-    m._tool(e.tool_id)._end(e, e.turn_id, e.call_id)
+    m._tool(e.tool_id).call_ended(e, e.turn_id, e.call_id)
     c.tools.add(e.tool_id)
 
 
 def _call_succeeded(m: ConsoleModel, e: CallSucceeded, c: Changes) -> None:
     view = m._tool(e.tool_id)
-    view._end(e, e.turn_id, e.call_id)
+    view.call_ended(e, e.turn_id, e.call_id)
     if e.partial:  # the attempt's latency was counted with its failure
         view.metrics.on_partial_success(e.t)
     else:
@@ -674,7 +257,7 @@ def _call_succeeded(m: ConsoleModel, e: CallSucceeded, c: Changes) -> None:
 
 def _call_failed(m: ConsoleModel, e: CallFailed, c: Changes) -> None:
     view = m._tool(e.tool_id)
-    view._end(e, e.turn_id, e.call_id)
+    view.call_ended(e, e.turn_id, e.call_id)
     view.metrics.on_failure(e.t)
     c.tools.add(e.tool_id)
     node = _node(m, e.turn_id, e.call_id)
@@ -686,7 +269,7 @@ def _call_failed(m: ConsoleModel, e: CallFailed, c: Changes) -> None:
 
 def _call_rejected(m: ConsoleModel, e: CallRejected, c: Changes) -> None:
     view = m._tool(e.tool_id)
-    view._end(e, e.turn_id, e.call_id)
+    view.call_ended(e, e.turn_id, e.call_id)
     view.metrics.on_call(e.t)  # the engine counts a rejected call, as it counts its rejection
     view.metrics.on_rejected(e.t)
     c.tools.add(e.tool_id)
@@ -697,7 +280,7 @@ def _call_rejected(m: ConsoleModel, e: CallRejected, c: Changes) -> None:
 
 
 def _stream_ended(m: ConsoleModel, e: StreamEnded, c: Changes) -> None:
-    m._tool(e.tool_id)._end(e, e.turn_id, e.call_id)
+    m._tool(e.tool_id).call_ended(e, e.turn_id, e.call_id)
     c.tools.add(e.tool_id)
 
 
@@ -729,7 +312,7 @@ def _default_used(m: ConsoleModel, e: DefaultUsed, c: Changes) -> None:
 
 
 def _turn_started(m: ConsoleModel, e: TurnStarted, c: Changes) -> None:
-    m.turns[e.turn_id] = TurnView(e.turn_id, e.t, e.at, e.deadline_ms, _nodes(e))
+    m.turns[e.turn_id] = TurnView(e.turn_id, e.t, e.at, e.deadline_ms, call_nodes(e))
     m.turns.move_to_end(e.turn_id)
     while len(m.turns) > TURNS_KEPT:
         m.turns.popitem(last=False)

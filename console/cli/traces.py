@@ -1,15 +1,12 @@
-"""``tripwire traces list|show|export|prune|audit`` and ``tripwire replay``: the stored turns, and
-the operator commands sent to the engines recording them."""
+"""``tripwire traces where|list|show|export|prune|audit``: the stored turns, and the operator
+commands sent to the engines recording them."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
-import re
 import sys
-import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +14,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from console.tables import Column, aligned_rows, cli_table
+from console.cli.tables import Column, aligned_rows, cli_table
+from console.usage import UsageError, parse_span, parse_when
 from engine.errors import iso_timestamp
 from engine.store import CommandRow, ExportRefused, StoredTurn, TraceStore, TraceStoreError, TurnRow
 
@@ -34,37 +32,9 @@ OUTCOME_STYLE = {
     "running": "cyan",
 }
 
-_RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
-
-class UsageError(Exception):
-    """Bad command-line input; ``str()`` is the one line to print."""
-
-
-def parse_when(text: str | None, *, now: float | None = None) -> float | None:
-    """``2h``/``30m``/``7d`` ago, or an ISO 8601 time (UTC unless it says otherwise)."""
-    if text is None:
-        return None
-    if m := _RELATIVE.match(text.strip()):
-        return (time.time() if now is None else now) - float(m.group(1)) * _UNIT_S[m.group(2)]
-    try:
-        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        raise UsageError(f"cannot read time {text!r}: use e.g. 2h, 30m, 7d or 2025-11-05T10:30:45Z") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.timestamp()
-
-
-def parse_span(text: str) -> float:
-    """A duration like ``7d`` or ``12h``, in seconds."""
-    if m := _RELATIVE.match(text.strip()):
-        return float(m.group(1)) * _UNIT_S[m.group(2)]
-    raise UsageError(f"cannot read duration {text!r}: use e.g. 30m, 12h, 7d")
-
-
-def _open(path: Path, *, readonly: bool = True) -> TraceStore:
+def open_store(path: Path, *, readonly: bool = True) -> TraceStore:
+    """The trace store at ``path`` for a command, brought up to date first when it is only read."""
     if readonly and not path.exists():
         raise TraceStoreError(path, "no trace store here (run `tripwire demo` or `tripwire run` first)")
     if readonly and os.access(path, os.W_OK):
@@ -117,7 +87,7 @@ def list_command(
     until: str | None,
     as_json: bool,
 ) -> int:
-    with _open(traces) as store:
+    with open_store(traces) as store:
         page = store.list_turns(
             limit=limit,
             cursor=cursor,
@@ -151,7 +121,7 @@ def list_command(
 
 
 def show_command(traces: Path, turn_id: str, console: Console, *, as_json: bool) -> int:
-    with _open(traces) as store:
+    with open_store(traces) as store:
         stored = store.load_turn(turn_id)
     if as_json:
         print(
@@ -198,7 +168,7 @@ def export_command(
 ) -> int:
     """Events as JSON Lines to stdout (streamed), or into a new file that appears whole or not at all."""
     since_at, until_at = parse_when(since), parse_when(until)
-    with _open(traces) as store:
+    with open_store(traces) as store:
         if output is None:
             store.export_jsonl(sys.stdout, turn_id=turn_id, since=since_at, until=until_at)
             return 0
@@ -219,7 +189,7 @@ def prune_command(
     span = parse_span(older_than) if older_than is not None else None
     if span is not None and not span > 0:
         raise UsageError(f"--older-than must be longer than 0, got {older_than!r}")
-    with _open(traces, readonly=False) as store:
+    with open_store(traces, readonly=False) as store:
         removed = store.prune(older_than_s=span, keep=keep)
         left = store.counts()["turns"]
     if as_json:
@@ -236,7 +206,7 @@ def audit_command(
     traces: Path, console: Console, *, since: str | None, until: str | None, limit: int, as_json: bool
 ) -> int:
     """The operator commands, newest first: who sent what, when, why, and what became of it."""
-    with _open(traces) as store:
+    with open_store(traces) as store:
         rows = store.command_history(since=parse_when(since), until=parse_when(until), limit=limit)
     if as_json:
         print(json.dumps({"commands": [_command_dict(row) for row in rows]}))
@@ -315,36 +285,3 @@ def _iso(at: object) -> str | None:
 def _time(at: object) -> str:
     iso = _iso(at)
     return "—" if iso is None else iso[:19].replace("T", " ")
-
-
-def replay_command(
-    traces: Path, turn_id: str, console: Console, *, as_json: bool, tolerance_s: float = 0.05
-) -> int:
-    """Replay a stored turn on virtual time; exit 0 when every decision matches, 1 otherwise.
-
-    Times match when they are within ``tolerance_s`` of the recorded ones.
-    """
-    # Imported here: it brings trio.testing (and pytest), 0.15 s on the start of every other command.
-    from engine.replay import Recording, ReplayError, replay_on_virtual_time
-
-    with _open(traces) as store:
-        stored = store.load_turn(turn_id)
-        try:
-            recording = Recording.from_events(stored.events, store.manifest)
-        except ReplayError as exc:
-            raise TraceStoreError(traces, str(exc), untouched=False) from None
-    report = replay_on_virtual_time(recording, tolerance_s=tolerance_s)
-    if as_json:
-        print(json.dumps(report.to_dict()))
-        return 0 if report.matches else 1
-    if report.matches:
-        decisions = f": {report.decisions} decisions, all the same"
-        console.print(Text.assemble((f"replay of {turn_id} matches", "green"), decisions), soft_wrap=True)
-    else:
-        console.print(Text(f"replay of {turn_id} differs", style="red"), soft_wrap=True)
-        for line in (*report.mismatches, *(f"unmatched: {u}" for u in report.unmatched),
-                     *(f"unused: {u}" for u in report.unused)):  # fmt: skip
-            console.print(f"  {line}", highlight=False, markup=False)
-    if report.result is not None:
-        console.print(Text(report.result.summary, style="dim"))
-    return 0 if report.matches else 1

@@ -12,9 +12,12 @@ Order (first decisive rule wins, the weaker ones only fill in details):
 5. the HTTP status code;
 6. the exception class, by name along the MRO, most derived first;
 7. message patterns — the only place in tripwire that reads error text;
-8. otherwise transient (the spec's safer default).
+8. otherwise transient, the safer default (spec-map classify.unknown-default).
 
 A tool manifest's overrides are applied last.
+
+The tables the rules read (body types, status codes, class names, message patterns) are in
+:mod:`engine.classify.patterns`; they are bound here once, at import.
 """
 
 from __future__ import annotations
@@ -22,95 +25,35 @@ from __future__ import annotations
 import errno
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from email.utils import parsedate_to_datetime
-from enum import StrEnum
-from typing import Any, Protocol, Self
+from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-
+from engine.classify.classification import Classification, ClassificationOverride, Rule
+from engine.classify.patterns import (
+    BODY_TYPES,
+    CLASS_NAMES,
+    DAILY_QUOTA,
+    EMBEDDED_STATUS,
+    ERRNO_KINDS,
+    JSONRPC_CODES,
+    PATTERNS_AFTER_STATUS,
+    PATTERNS_BEFORE_STATUS,
+    QUALIFIED_CLASS_NAMES,
+    STATUS_KINDS,
+    TRANSIENT_STATUSES,
+)
 from engine.error_payload import error_body, safe_attr
 from engine.errors import ToolError
 from engine.kinds import ErrorClass, ErrorKind
 
+__all__ = ["classify"]
+
 K = ErrorKind
 _T, _P = ErrorClass.TRANSIENT, ErrorClass.PERMANENT
 
-
-class Rule(StrEnum):
-    """Which rule decided; ordered strongest first."""
-
-    CANCELLATION = "cancellation"
-    TOOL_ERROR = "tool_error"
-    SERVER_ADVICE = "server_advice"
-    BODY_TYPE = "body_type"
-    STATUS_CODE = "status_code"
-    EXCEPTION_CLASS = "exception_class"
-    MESSAGE_PATTERN = "message_pattern"
-    DEFAULT = "default"
-    MANIFEST_OVERRIDE = "manifest_override"
-
-
 _RULE_RANK = {rule: rank for rank, rule in enumerate(Rule)}
-
-
-@dataclass(frozen=True, slots=True)
-class Classification:
-    kind: ErrorKind
-    error_class: ErrorClass
-    retryable: bool
-    rule: Rule
-    reason: str
-    status_code: int | None = None
-    retry_after_s: float | None = None
-    error_type: str | None = None
-    """Class name of the exception that decided."""
-
-    @property
-    def transient(self) -> bool:
-        return self.error_class is ErrorClass.TRANSIENT
-
-    @property
-    def is_failure(self) -> bool:
-        """False for cancellation, which propagates and is never a tool failure."""
-        return self.rule is not Rule.CANCELLATION
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": str(self.kind),
-            "class": str(self.error_class),
-            "retryable": self.retryable,
-            "rule": str(self.rule),
-            "reason": self.reason,
-            "status_code": self.status_code,
-            "retry_after_s": self.retry_after_s,
-            "error_type": self.error_type,
-        }
-
-
-class ClassificationOverride(BaseModel):
-    """A manifest rule: "treat 503 as permanent for this tool" (seed 000 1.5).
-
-    Exactly one of ``status_code``, ``kind`` or ``exception`` (a class name, matched along
-    the MRO and the cause chain) selects the errors it applies to.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    status_code: int | None = Field(default=None, ge=100, le=599)
-    kind: ErrorKind | None = None
-    exception: str | None = Field(default=None, min_length=1)
-    treat_as: ErrorClass
-    as_kind: ErrorKind | None = None
-    reason: str | None = None
-
-    @model_validator(mode="after")
-    def _one_matcher(self) -> Self:
-        given = [n for n in ("status_code", "kind", "exception") if getattr(self, n) is not None]
-        if len(given) != 1:
-            raise ValueError("give exactly one of status_code, kind or exception")
-        return self
 
 
 class _HasOverrides(Protocol):
@@ -306,52 +249,6 @@ def _retry_after(headers: Mapping[str, str] | None, now: Callable[[], float]) ->
 
 # --- rule 4: error body ----------------------------------------------------------------
 
-_BODY_TYPES: dict[str, ErrorKind] = {
-    "overloaded_error": K.RATE_LIMIT,
-    "rate_limit_error": K.RATE_LIMIT,
-    "rate_limit_exceeded": K.RATE_LIMIT,
-    "resource_exhausted": K.RATE_LIMIT,
-    "insufficient_quota": K.QUOTA_EXCEEDED,
-    "billing_error": K.QUOTA_EXCEEDED,
-    "billing_hard_limit_reached": K.QUOTA_EXCEEDED,
-    "authentication_error": K.AUTH_ERROR,
-    "invalid_api_key": K.AUTH_ERROR,
-    "unauthenticated": K.AUTH_ERROR,
-    "permission_error": K.AUTH_ERROR,
-    "permission_denied": K.AUTH_ERROR,
-    "not_found_error": K.NOT_FOUND,
-    "not_found": K.NOT_FOUND,
-    "model_not_found": K.MODEL_ERROR,
-    "invalid_request_error": K.INVALID_PARAMETERS,
-    "invalid_argument": K.INVALID_PARAMETERS,
-    "failed_precondition": K.INVALID_PARAMETERS,
-    "context_length_exceeded": K.INVALID_PARAMETERS,
-    "request_too_large": K.INVALID_PARAMETERS,
-    "api_error": K.SERVICE_UNAVAILABLE,
-    "server_error": K.SERVICE_UNAVAILABLE,
-    "internal": K.SERVICE_UNAVAILABLE,
-    "unavailable": K.SERVICE_UNAVAILABLE,
-    "timeout_error": K.TIMEOUT,
-    "deadline_exceeded": K.TIMEOUT,
-    "unimplemented": K.UNSUPPORTED,
-}
-
-# JSON-RPC / MCP error codes (MCP v1 used 408 for request timeout, v2 uses -32001).
-_JSONRPC_CODES: dict[int, ErrorKind] = {
-    -32700: K.TRANSPORT_ERROR,
-    -32600: K.INVALID_PARAMETERS,
-    -32601: K.UNKNOWN_TOOL,
-    -32602: K.INVALID_PARAMETERS,
-    -32603: K.EXECUTION_ERROR,
-    -32001: K.TIMEOUT,
-    -32002: K.NOT_FOUND,
-    408: K.TIMEOUT,
-}
-
-# Gemini's per-minute limits also say "quota"; only a per-day quota is permanent.
-_DAILY_QUOTA = re.compile(r"per[ _-]?day|daily", re.IGNORECASE)
-
-
 # Most specific first: OpenAI's ``code`` (billing_hard_limit_reached, model_not_found) refines its
 # ``type`` (invalid_request_error); Google's ``status`` names a gRPC class.
 _TOKEN_KEYS = ("code", "type", "status")
@@ -399,10 +296,10 @@ def _by_body(exc: BaseException, status: int | None, response: object) -> _Decis
     source = " (read from the HTTP response)" if from_response else ""
     tokens, message = _body_tokens(exc, body)
     for token in tokens:
-        kind = _BODY_TYPES.get(token)
+        kind = BODY_TYPES.get(token)
         if kind is None:
             continue
-        if kind is K.RATE_LIMIT and token == "resource_exhausted" and _DAILY_QUOTA.search(message):
+        if kind is K.RATE_LIMIT and token == "resource_exhausted" and DAILY_QUOTA.search(message):
             return (K.QUOTA_EXCEEDED, _P, Rule.BODY_TYPE,
                     "error body RESOURCE_EXHAUSTED names a quota: "
                     f"quotas do not reset on retry{source}")  # fmt: skip
@@ -411,7 +308,7 @@ def _by_body(exc: BaseException, status: int | None, response: object) -> _Decis
                 f"error body type {token!r}{where} means {kind}{source}")  # fmt: skip
     code = _jsonrpc_code(exc, body)
     if code is not None:
-        kind = _JSONRPC_CODES.get(code)
+        kind = JSONRPC_CODES.get(code)
         if kind is None and -32099 <= code <= -32000:
             kind = K.TRANSPORT_ERROR
         if kind is not None:
@@ -421,30 +318,6 @@ def _by_body(exc: BaseException, status: int | None, response: object) -> _Decis
 
 
 # --- rule 5: status code ---------------------------------------------------------------
-
-_STATUS: dict[int, ErrorKind] = {
-    408: K.TIMEOUT,
-    409: K.EXECUTION_ERROR,
-    425: K.EXECUTION_ERROR,
-    429: K.RATE_LIMIT,
-    500: K.SERVICE_UNAVAILABLE,
-    502: K.SERVICE_UNAVAILABLE,
-    503: K.SERVICE_UNAVAILABLE,
-    504: K.TIMEOUT,
-    529: K.RATE_LIMIT,
-    400: K.INVALID_PARAMETERS,
-    401: K.AUTH_ERROR,
-    402: K.QUOTA_EXCEEDED,
-    403: K.AUTH_ERROR,
-    404: K.NOT_FOUND,
-    405: K.UNSUPPORTED,
-    410: K.NOT_FOUND,
-    413: K.INVALID_PARAMETERS,
-    422: K.INVALID_PARAMETERS,
-    501: K.UNSUPPORTED,
-}
-TRANSIENT_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
-PERMANENT_STATUSES = frozenset({400, 401, 402, 403, 404, 405, 410, 413, 422, 501})
 
 
 def _as_status(value: Any) -> int | None:
@@ -469,7 +342,7 @@ def _status_of(exc: BaseException, response: object) -> int | None:
 def _by_status(status: int | None) -> _Decision | None:
     if status is None or status < 400:
         return None
-    kind = _STATUS.get(status)
+    kind = STATUS_KINDS.get(status)
     if kind is not None:
         error_class = _T if status in TRANSIENT_STATUSES else _P
         return (kind, error_class, Rule.STATUS_CODE,
@@ -483,139 +356,6 @@ def _by_status(status: int | None) -> _Decision | None:
 
 # --- rule 6: exception class -----------------------------------------------------------
 
-# Matched by class name along the MRO, so httpx and httpx2, requests, urllib3, aiohttp,
-# openai, anthropic, mcp, websockets, trio and anyio are recognised without importing them.
-# Qualified names (module.Class) disambiguate where two libraries share a name.
-_CLASS_QUALIFIED: dict[str, tuple[ErrorKind, ErrorClass | None]] = {
-    "urllib3.exceptions.ProtocolError": (K.CONNECTION_RESET, None),
-    "urllib3.exceptions.IncompleteRead": (K.CONNECTION_RESET, None),
-    "http.client.IncompleteRead": (K.PARTIAL_RESULT, None),
-    "asyncio.exceptions.IncompleteReadError": (K.CONNECTION_RESET, None),
-}
-
-_CLASS_NAMES: dict[str, tuple[ErrorKind, ErrorClass | None]] = {
-    # timeouts
-    "TimeoutError": (K.TIMEOUT, None),
-    "TooSlowError": (K.TIMEOUT, None),
-    "TimeoutException": (K.TIMEOUT, None),
-    "ConnectTimeout": (K.TIMEOUT, None),
-    "ReadTimeout": (K.TIMEOUT, None),
-    "WriteTimeout": (K.TIMEOUT, None),
-    "PoolTimeout": (K.TIMEOUT, None),
-    "Timeout": (K.TIMEOUT, None),
-    "ReadTimeoutError": (K.TIMEOUT, None),
-    "ConnectTimeoutError": (K.TIMEOUT, None),
-    "ServerTimeoutError": (K.TIMEOUT, None),
-    "ConnectionTimeoutError": (K.TIMEOUT, None),
-    "SocketTimeoutError": (K.TIMEOUT, None),
-    "APITimeoutError": (K.TIMEOUT, None),
-    "DeadlineExceededError": (K.TIMEOUT, None),
-    # dropped connections: the request may have been processed
-    "ConnectionResetError": (K.CONNECTION_RESET, None),
-    "ConnectionAbortedError": (K.CONNECTION_RESET, None),
-    "BrokenPipeError": (K.CONNECTION_RESET, None),
-    "RemoteDisconnected": (K.CONNECTION_RESET, None),
-    "ServerDisconnectedError": (K.CONNECTION_RESET, None),
-    "RemoteProtocolError": (K.CONNECTION_RESET, None),
-    "ReadError": (K.CONNECTION_RESET, None),
-    "WriteError": (K.CONNECTION_RESET, None),
-    "ChunkedEncodingError": (K.CONNECTION_RESET, None),
-    "ClientPayloadError": (K.CONNECTION_RESET, None),
-    "BrokenResourceError": (K.CONNECTION_RESET, None),
-    "EndOfStream": (K.CONNECTION_RESET, None),
-    "ConnectionClosed": (K.CONNECTION_RESET, None),
-    "ConnectionClosedError": (K.CONNECTION_RESET, None),
-    # unreachable peer
-    "ConnectionRefusedError": (K.NETWORK_ERROR, None),
-    "ConnectionError": (K.NETWORK_ERROR, None),
-    "gaierror": (K.NETWORK_ERROR, None),
-    "herror": (K.NETWORK_ERROR, None),
-    "SSLError": (K.NETWORK_ERROR, None),
-    "SSLCertVerificationError": (K.NETWORK_ERROR, None),
-    "ConnectError": (K.NETWORK_ERROR, None),
-    "NetworkError": (K.NETWORK_ERROR, None),
-    "ProxyError": (K.NETWORK_ERROR, None),
-    "NewConnectionError": (K.NETWORK_ERROR, None),
-    "NameResolutionError": (K.NETWORK_ERROR, None),
-    "MaxRetryError": (K.NETWORK_ERROR, None),
-    "URLError": (K.NETWORK_ERROR, None),
-    "ClientConnectorError": (K.NETWORK_ERROR, None),
-    "ClientConnectorDNSError": (K.NETWORK_ERROR, None),
-    "ClientConnectorCertificateError": (K.NETWORK_ERROR, None),
-    "ClientSSLError": (K.NETWORK_ERROR, None),
-    "ClientOSError": (K.NETWORK_ERROR, None),
-    "ClientConnectionError": (K.NETWORK_ERROR, None),
-    "ServerConnectionError": (K.NETWORK_ERROR, None),
-    "APIConnectionError": (K.NETWORK_ERROR, None),
-    # transport / protocol
-    "ProtocolError": (K.TRANSPORT_ERROR, None),
-    "LocalProtocolError": (K.TRANSPORT_ERROR, _P),  # our request is malformed: no retry heals it
-    "TransportError": (K.TRANSPORT_ERROR, None),
-    "TooManyRedirects": (K.TRANSPORT_ERROR, _P),  # a redirect loop stays a loop
-    "ClosedResourceError": (K.TRANSPORT_ERROR, None),
-    "RequestError": (K.TRANSPORT_ERROR, None),
-    "RequestException": (K.TRANSPORT_ERROR, None),
-    "McpError": (K.TRANSPORT_ERROR, None),
-    "MCPError": (K.TRANSPORT_ERROR, None),
-    # provider SDK status classes (status usually decides first)
-    "RateLimitError": (K.RATE_LIMIT, None),
-    "OverloadedError": (K.RATE_LIMIT, None),
-    "InternalServerError": (K.SERVICE_UNAVAILABLE, None),
-    "ServiceUnavailableError": (K.SERVICE_UNAVAILABLE, None),
-    "ConflictError": (K.EXECUTION_ERROR, None),
-    "AuthenticationError": (K.AUTH_ERROR, None),
-    "PermissionDeniedError": (K.AUTH_ERROR, None),
-    "NotFoundError": (K.NOT_FOUND, None),
-    "BadRequestError": (K.INVALID_PARAMETERS, None),
-    "UnprocessableEntityError": (K.INVALID_PARAMETERS, None),
-    "RequestTooLargeError": (K.INVALID_PARAMETERS, None),
-    "APIResponseValidationError": (K.INVALID_RESPONSE, None),
-    "LengthFinishReasonError": (K.PARTIAL_RESULT, None),
-    # malformed responses
-    "JSONDecodeError": (K.INVALID_RESPONSE, None),
-    "DecodingError": (K.INVALID_RESPONSE, None),
-    "ContentDecodingError": (K.INVALID_RESPONSE, None),
-    "ContentTypeError": (K.INVALID_RESPONSE, None),
-    "UnicodeDecodeError": (K.INVALID_RESPONSE, None),
-    "IncompleteRead": (K.PARTIAL_RESULT, None),
-    # caller errors: the model must fix the call
-    "ValidationError": (K.INVALID_PARAMETERS, None),
-    "InvalidURL": (K.INVALID_PARAMETERS, None),
-    "InvalidUrlClientError": (K.INVALID_PARAMETERS, None),
-    "MissingSchema": (K.INVALID_PARAMETERS, None),
-    "InvalidSchema": (K.INVALID_PARAMETERS, None),
-    "InvalidHeader": (K.INVALID_PARAMETERS, None),
-    "ValueError": (K.INVALID_PARAMETERS, None),
-    "TypeError": (K.INVALID_PARAMETERS, None),
-    "UnsupportedProtocol": (K.UNSUPPORTED, None),
-    "NotImplementedError": (K.UNSUPPORTED, None),
-    "FileNotFoundError": (K.NOT_FOUND, None),
-    "PermissionError": (K.AUTH_ERROR, None),
-    # programming errors inside the tool
-    "AttributeError": (K.INTERNAL_ERROR, None),
-    "NameError": (K.INTERNAL_ERROR, None),
-    "KeyError": (K.INTERNAL_ERROR, None),
-    "IndexError": (K.INTERNAL_ERROR, None),
-    "AssertionError": (K.INTERNAL_ERROR, None),
-    "ZeroDivisionError": (K.INTERNAL_ERROR, None),
-    "RecursionError": (K.INTERNAL_ERROR, None),
-}
-
-_ERRNO: dict[int, ErrorKind] = {
-    errno.ECONNRESET: K.CONNECTION_RESET,
-    errno.ECONNABORTED: K.CONNECTION_RESET,
-    errno.EPIPE: K.CONNECTION_RESET,
-    errno.ECONNREFUSED: K.NETWORK_ERROR,
-    errno.EHOSTUNREACH: K.NETWORK_ERROR,
-    errno.ENETUNREACH: K.NETWORK_ERROR,
-    errno.ENETDOWN: K.NETWORK_ERROR,
-    errno.EHOSTDOWN: K.NETWORK_ERROR,
-    errno.ETIMEDOUT: K.TIMEOUT,
-    errno.ENOENT: K.NOT_FOUND,
-    errno.EACCES: K.AUTH_ERROR,
-    errno.EPERM: K.AUTH_ERROR,
-}
-
 
 def _by_class(exc: BaseException) -> _Decision | None:
     return _class_rule(exc)[0]
@@ -627,12 +367,14 @@ def _class_rule(exc: BaseException) -> tuple[_Decision | None, bool]:
     for cls in type(exc).__mro__:
         if cls is Exception:
             break
-        match = _CLASS_QUALIFIED.get(f"{cls.__module__}.{cls.__qualname__}") or _CLASS_NAMES.get(cls.__name__)
+        match = QUALIFIED_CLASS_NAMES.get(f"{cls.__module__}.{cls.__qualname__}") or CLASS_NAMES.get(
+            cls.__name__
+        )
         if match is None and cls is OSError:
             alone = False  # the errno decides, or at least was read
             code = safe_attr(exc, "errno")
-            if isinstance(code, int) and code in _ERRNO:
-                kind = _ERRNO[code]
+            if isinstance(code, int) and code in ERRNO_KINDS:
+                kind = ERRNO_KINDS[code]
                 name = errno.errorcode.get(code, code)
                 return (kind, kind.default_class, Rule.EXCEPTION_CLASS,
                         f"OSError errno {name} means {kind}"), False  # fmt: skip
@@ -647,48 +389,6 @@ def _class_rule(exc: BaseException) -> tuple[_Decision | None, bool]:
 
 # --- rule 7: message patterns ----------------------------------------------------------
 
-# Seed 004's LLM and MCP pattern lists and seed 000's wordings, most specific first.
-_PATTERNS_BEFORE_STATUS: list[tuple[str, ErrorKind]] = [
-    (r"insufficient_quota|quota[ _]exceeded|exceeded your current quota|payment required"
-     r"|\bcredits?\b", K.QUOTA_EXCEEDED),
-    (r"model[ _]not[ _]found|unknown model|invalid model|unsupported model"
-     r"|model \S+ (?:is )?not available", K.MODEL_ERROR),
-]  # fmt: skip
-_EMBEDDED_STATUS = re.compile(r"\((\d{3})\)|\b(?:http|status(?: code)?|error)[ :]+(\d{3})\b")
-_PATTERNS_AFTER_STATUS: list[tuple[str, ErrorKind]] = [
-    (r"invalid api[ _-]?key|unauthenticated|unauthori[sz]ed|access denied|forbidden"
-     r"|authentication fail|permission denied|invalid credentials|invalid token|expired token",
-     K.AUTH_ERROR),
-    (r"too many requests|rate[ _-]?limit|ratelimit|overload|throttl", K.RATE_LIMIT),
-    (r"service (?:is )?(?:temporarily )?(?:unavailable|not available)|temporarily unavailable"
-     r"|bad gateway|internal server error|server error|upstream (?:error|failure)",
-     K.SERVICE_UNAVAILABLE),
-    (r"timed? ?out|timeout|deadline exceeded|etimedout|econnaborted", K.TIMEOUT),
-    (r"econnreset|connection (?:was )?(?:reset|dropped|aborted|closed)|socket hang up|\bepipe\b"
-     r"|broken pipe|server disconnected|remote end closed|connection lost", K.CONNECTION_RESET),
-    (r"econnrefused|connection refused|eai_again|enotfound|getaddrinfo|name resolution"
-     r"|\bdns\b|\btls\b|\bssl\b|certificate|network (?:is )?unreachable|host unreachable"
-     r"|no route to host", K.NETWORK_ERROR),
-    (r"circuit (?:breaker )?(?:is )?open", K.CIRCUIT_OPEN),
-    (r"not available", K.MODEL_ERROR),
-    (r"malformed response|invalid response|unexpected response|schema validation"
-     r"|response validation|failed to parse|invalid json|unexpected token|not valid json",
-     K.INVALID_RESPONSE),
-    (r"partial result|partial response|truncated|incomplete", K.PARTIAL_RESULT),
-    (r"not supported|unsupported|not implemented", K.UNSUPPORTED),
-    (r"not found|no such|does not exist|doesn't exist", K.NOT_FOUND),
-    (r"invalid|malformed|missing required|required (?:field|parameter|argument)"
-     r"|validation (?:error|failed)|bad request|must be|out of range", K.INVALID_PARAMETERS),
-]  # fmt: skip
-
-
-def _compile(patterns: Iterable[tuple[str, ErrorKind]]) -> list[tuple[re.Pattern[str], ErrorKind]]:
-    return [(re.compile(p, re.IGNORECASE), kind) for p, kind in patterns]
-
-
-_BEFORE = _compile(_PATTERNS_BEFORE_STATUS)
-_AFTER = _compile(_PATTERNS_AFTER_STATUS)
-
 
 def _message_of(exc: BaseException) -> str:
     try:
@@ -702,14 +402,14 @@ def _by_message(exc: BaseException) -> _Decision | None:
     message = _message_of(exc)
     if not message:
         return None
-    for pattern, kind in _BEFORE:
+    for pattern, kind in PATTERNS_BEFORE_STATUS:
         if m := pattern.search(message):
             return _pattern_decision(kind, m)
     if (status := _message_status(message)) is not None and (decided := _by_status(status)):
         kind, error_class, _, _ = decided
         return (kind, error_class, Rule.MESSAGE_PATTERN,
                 f"message mentions HTTP {status}: {error_class} ({kind})")  # fmt: skip
-    for pattern, kind in _AFTER:
+    for pattern, kind in PATTERNS_AFTER_STATUS:
         if m := pattern.search(message):
             return _pattern_decision(kind, m)
     return None
@@ -717,7 +417,7 @@ def _by_message(exc: BaseException) -> _Decision | None:
 
 def _message_status(message: str) -> int | None:
     """The first error status (4xx/5xx) a message states, as in "Rate limit exceeded (429)"."""
-    for m in _EMBEDDED_STATUS.finditer(message):
+    for m in EMBEDDED_STATUS.finditer(message):
         status = int(m.group(1) or m.group(2))
         if status <= 599 and _by_status(status) is not None:  # "(777)" is no HTTP status
             return status

@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.errors import TripwireError
 from engine.files import make_private_directories, write_private_file
 from engine.locations import PROJECT_TRACES, bundled_manifests
 
@@ -17,7 +18,7 @@ STARTER = "starter"
 TRACES_IGNORE = "# the trace store: recorded turns (tool inputs and results), not for version control\n*\n"
 
 
-class ProjectExists(Exception):
+class ProjectExists(TripwireError):
     """``tripwire init`` would overwrite something; ``str()`` is one line naming it."""
 
 

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from console.tables import Column, TableColumn, aligned_rows, fitted_tables, headed_lines
+from console.cli.tables import Column, TableColumn, aligned_rows, fitted_tables, headed_lines
 from engine.clock import VirtualWallClock
 from engine.demo import demo_engine
 from engine.engine import Engine

@@ -1,6 +1,8 @@
-"""Replaying recorded events through the console: a turn, or a time range, event by event.
+"""The console's replay player: recorded events played through the views, a turn or a time range,
+event by event (not to be confused with :mod:`engine.replay`, which runs a recorded turn again and
+checks the engine's decisions).
 
-:class:`ReplaySession` is pure: it holds the recorded events and the tools' state before the
+:class:`Player` is pure: it holds the recorded events and the tools' state before the
 first of them, folds them into a :class:`~console.model.ConsoleModel` up to a position, and moves
 that position — playing at a speed on a clock it is given, or stepping one event forward or
 back. The app shows ``session.model`` through the same views as live. Stepping back re-folds
@@ -22,18 +24,18 @@ SPEEDS = (0.5, 1.0, 2.0, 5.0, 10.0, 20.0)
 
 
 @dataclass(frozen=True, slots=True)
-class ReplaySource:
-    """What a replay plays: the events in order, the tools as they were before, and a name."""
+class PlayerSource:
+    """What the player plays: the events in order, the tools as they were before, and a name."""
 
     label: str
     events: tuple[Event, ...]
     seeds: tuple[ToolSeed, ...]
 
 
-class ReplaySession:
+class Player:
     """A position in recorded events, and the model folded up to it."""
 
-    def __init__(self, source: ReplaySource, *, speed: float = 1.0) -> None:
+    def __init__(self, source: PlayerSource, *, speed: float = 1.0) -> None:
         if not source.events:
             raise ValueError(f"nothing to replay in {source.label}")
         self.source = source
@@ -140,13 +142,13 @@ def seeds_from(events: Sequence[Event], store: TraceStore) -> tuple[ToolSeed, ..
     return tuple(seeds[t] for t in sorted(seeds))
 
 
-def turn_source(store: TraceStore, stored: StoredTurn) -> ReplaySource:
+def turn_source(store: TraceStore, stored: StoredTurn) -> PlayerSource:
     events = tuple(stored.events)
-    return ReplaySource(f"turn {stored.row.turn_id}", events, seeds_from(events, store))
+    return PlayerSource(f"turn {stored.row.turn_id}", events, seeds_from(events, store))
 
 
-def range_source(store: TraceStore, *, since: float | None, until: float | None, label: str) -> ReplaySource:
+def range_source(store: TraceStore, *, since: float | None, until: float | None, label: str) -> PlayerSource:
     """The turns that started in the range, whole, and the events outside turns in it, in the
     order they happened (turns of one engine overlap; wall-clock order holds across restarts)."""
     events = tuple(sorted(store.events(since=since, until=until), key=lambda e: e.at))
-    return ReplaySource(label, events, seeds_from(events, store))
+    return PlayerSource(label, events, seeds_from(events, store))

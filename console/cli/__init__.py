@@ -1,4 +1,9 @@
-"""The ``tripwire`` command."""
+"""The ``tripwire`` command: its entry point, the checks every command shares, and the dispatch to
+each command's module (``console.cli.traces``, ``console.cli.breaker``, …).
+
+Each command's module is imported only when that command runs: ``tripwire traces list`` must not
+pay for Textual, anyio or the engine, nor ``--help`` for the trace store.
+"""
 
 from __future__ import annotations
 
@@ -7,28 +12,22 @@ import contextlib
 import errno
 import os
 import shlex
-import signal
 import sys
 from collections.abc import Sequence
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from console.arguments import LIMIT_MAX, POLL_MS_MAX, WAIT_S_MAX, build_parser
-from console.doctor import report, startup_problem
+from console.cli.arguments import LIMIT_MAX, POLL_MS_MAX, WAIT_S_MAX, build_parser
+from console.cli.doctor import report, startup_problem
+from console.usage import UsageError
 from engine.config import ConfigError
-from engine.errors import one_line
+from engine.errors import TraceStoreError, one_line
 from engine.locations import bundled_manifests, default_manifests, default_trace_store
 
 if TYPE_CHECKING:
-    from anyio import CancelScope
-    from anyio.abc import TaskStatus
-
-    from console.host import Workload
-    from engine.engine import Engine
-    from engine.store import RetentionPolicy, TraceStore
+    from engine.store import RetentionPolicy
 
 PIPE_CLOSED = 141
 """Exit status when the reader of stdout has gone (``tripwire traces list | head -1``): 128 + SIGPIPE,
@@ -75,16 +74,12 @@ def _main(argv: Sequence[str] | None) -> int:
         print(f"tripwire: {problem}", file=sys.stderr)
         return 2
     try:
-        # Imported here: keeps --help fast.
-        from engine.store import TraceStoreError
-
-        try:
-            _check_numbers(args)
-            _resolve_defaults(command, args)
-            return _dispatch(command, args, console)
-        except TraceStoreError as error:
-            print(f"tripwire: {error}", file=sys.stderr)
-            return 2
+        _check_numbers(args)
+        _resolve_defaults(command, args)
+        return _dispatch(command, args, console)
+    except TraceStoreError as error:
+        print(f"tripwire: {error}", file=sys.stderr)
+        return 2
     except ConfigError as error:
         print(f"tripwire: {error}", file=sys.stderr)  # one line, never wrapped
         return 2
@@ -112,8 +107,6 @@ def _stdout_gone() -> int:
 
 def _check_numbers(args: argparse.Namespace) -> None:
     """Every numeric option in its range, before anything is opened or started."""
-    from console.traces import UsageError
-
     limit: int | None = getattr(args, "limit", None)
     if limit is not None and not 1 <= limit <= LIMIT_MAX:
         raise UsageError(f"--limit must be from 1 to {LIMIT_MAX}, got {limit}")
@@ -174,23 +167,19 @@ def terminal_problem() -> str | None:
 
 def _need_terminal() -> None:
     """Without a terminal the screen would go to a file or nowhere, for as long as the console ran."""
-    from console.traces import UsageError
-
     if (problem := terminal_problem()) is not None:
         raise UsageError(f"the console needs a terminal ({problem}); try `tripwire demo` or `tripwire serve`")
 
 
 def _usage_errors() -> tuple[type[Exception], ...]:
-    from console.host import WorkloadError
-    from console.traces import UsageError
+    from console.host import WorkloadError  # start-up: console.host brings the engine and anyio
 
     return UsageError, WorkloadError
 
 
 def _retention(args: argparse.Namespace) -> RetentionPolicy:
     """The retention policy the flags ask for (the defaults when they ask for nothing)."""
-    from console.traces import UsageError
-    from engine.store import RetentionPolicy
+    from engine.store import RetentionPolicy  # start-up: the trace store is not loaded for --help
 
     try:
         return RetentionPolicy.parse(
@@ -204,8 +193,7 @@ def _console(args: argparse.Namespace) -> int:
     attach: Path | None = getattr(args, "attach", None)
     if attach is not None:
         return _attached_console(args, attach)
-    from console.live import LiveOptions, build_live_app
-    from console.traces import UsageError
+    from console.live import LiveOptions, build_live_app  # start-up: Textual, for this command only
 
     manifests: Path = args.manifests
     workload = getattr(args, "workload", None)
@@ -236,15 +224,14 @@ def _console(args: argparse.Namespace) -> int:
 
 def _check_replayable(store_path: Path, turn_id: str) -> None:
     """``--replay``: the turn is in the store, or one line says why not (before any screen)."""
-    from engine.store import TraceStore
+    from engine.store import TraceStore  # start-up: the trace store is not loaded for --help
 
     with TraceStore(store_path, readonly=True, verify=False, create=False) as store:
         store.load_turn(turn_id)
 
 
 def _attached_console(args: argparse.Namespace, attach: Path) -> int:
-    from console.attach import build_attached_app
-    from console.traces import UsageError
+    from console.attach import build_attached_app  # start-up: Textual, for this command only
 
     given = [
         flag
@@ -276,92 +263,18 @@ def _attached_console(args: argparse.Namespace, attach: Path) -> int:
     return 0
 
 
-def _serve(args: argparse.Namespace) -> int:
-    """``tripwire serve``: the engine headless, recording, applying operator commands until stopped."""
-    import anyio
-
-    from console.host import driven_engine
-    from console.run import warn_refused
-    from engine.store import TraceRecorder, TraceStore
-
-    manifests: Path = args.manifests
-    scenario = args.scenario or bundled_manifests() / "demo" / "live.yaml"
-    engine, workload, _ = driven_engine(manifests, scenario=scenario, workload=args.workload, record=True)
-    assert workload is not None  # a scenario, when not a workload of yours
-    warn_refused(engine)
-    try:
-        with TraceStore(args.traces) as store:
-            # The command key (made beside the store if there is none): a key others may read is
-            # refused here, on one line, before anything runs.
-            key = None if args.no_commands else store.command_key()
-            store.set_taking_commands(key is not None)  # what attached consoles are told
-            # Batches: the engine never waits for the disk; attached consoles read what is committed.
-            recorder = TraceRecorder(store, durability="batch", retention=_retention(args)).attach(engine)
-            try:
-                recorder.flush()  # the manifests in force are stored before anyone is told to attach
-                service = partial(
-                    _run_service, engine, store, workload, args.traces, args.poll_ms / 1000, key
-                )
-                return anyio.run(service, backend="asyncio")
-            finally:
-                recorder.close()
-    finally:
-        engine.close()
-
-
-async def _run_service(
-    engine: Engine, store: TraceStore, workload: Workload, traces: Path, poll_s: float, key: bytes | None
-) -> int:
-    """The engine, its workload and (given the command key) the operator commands, in one task
-    group until a signal."""
-    import anyio
-
-    from engine.commands import serve_operator_commands
-
-    status = 0
-    async with engine, anyio.create_task_group() as group:
-        await group.start(_cancel_on_signal, group.cancel_scope)
-        if key is not None:
-            await group.start(partial(serve_operator_commands, engine, store, key=key, poll_s=poll_s))
-        where = shlex.quote(str(traces))
-        taking = "" if key is not None else ", taking no operator commands"
-        print(
-            f"tripwire serve: recording to {where}{taking}; attach with: tripwire console --attach {where}",
-            flush=True,
-        )
-        try:
-            await workload(engine)
-        except Exception as exc:  # a service whose workload died stops, saying why, on one line
-            problem = one_line(f"{type(exc).__name__}: {exc}")
-            print(f"tripwire: workload failed: {problem}", file=sys.stderr)
-            status = 1
-            group.cancel_scope.cancel()
-        # A workload that returns leaves the engine serving commands and timers until stopped.
-    return status
-
-
-async def _cancel_on_signal(scope: CancelScope, *, task_status: TaskStatus[None]) -> None:
-    """Ctrl-C or SIGTERM: a clean stop, everything recorded (exit status 0)."""
-    import anyio
-
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        task_status.started()
-        async for _ in signals:
-            scope.cancel()
-            return
-
-
 def _dispatch(command: str, args: argparse.Namespace, console: Console) -> int:
-    from console import traces as t
-
+    # Each branch imports its command's module: start-up pays only for the command that runs.
     if command == "console":
         return _console(args)
     if command == "init":
         return _init(args.directory)
     if command == "serve":
-        return _serve(args)
+        from console.cli.serve import serve_command  # start-up: anyio and the engine, for serve only
+
+        return serve_command(args, _retention(args))
     if command in ("run", "demo"):
-        from console.run import run_command
+        from console.cli.run import run_command  # start-up: anyio and the engine, for run and demo only
 
         manifests: Path = args.manifests
         scenario = args.scenario if command == "run" else bundled_manifests() / "demo" / "scenario.yaml"
@@ -375,18 +288,20 @@ def _dispatch(command: str, args: argparse.Namespace, console: Console) -> int:
             traces=record,
         )
     if command == "breaker":
-        from console import breakers
+        from console.cli import breaker  # start-up: the attached link, for breaker only
 
         if args.action == "list":
-            return breakers.list_command(args.attach, console, as_json=args.json)
-        return breakers.act_command(
+            return breaker.list_command(args.attach, console, as_json=args.json)
+        return breaker.act_command(
             args.attach, args.action, args.tool, reason=args.reason, wait_s=args.wait, as_json=args.json
         )
     if command == "replay":
+        from console.cli.replay import replay_command  # start-up: the trace store, for replay only
+
         tolerance_s = args.tolerance_ms / 1000.0
-        return t.replay_command(
-            args.traces, args.turn_id, console, as_json=args.json, tolerance_s=tolerance_s
-        )
+        return replay_command(args.traces, args.turn_id, console, as_json=args.json, tolerance_s=tolerance_s)
+    from console.cli import traces as t  # start-up: the trace store, for traces only
+
     if args.action == "where":
         return t.where_command(args.traces, args.traces_why, console, as_json=args.json)
     if args.action == "list":
@@ -411,8 +326,7 @@ def _dispatch(command: str, args: argparse.Namespace, console: Console) -> int:
 
 def _init(directory: Path) -> int:
     """``tripwire init``: the starter project, then what to do next."""
-    from console.project import ProjectExists, init_project
-    from console.traces import UsageError
+    from console.cli.init import ProjectExists, init_project  # start-up: for init only
 
     try:
         written = init_project(directory)
@@ -423,7 +337,3 @@ def _init(directory: Path) -> int:
     here = "" if directory.resolve() == Path.cwd().resolve() else f"cd {shlex.quote(str(directory))} && "
     print(f"next: {here}tripwire run scenario.yaml && tripwire traces list")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

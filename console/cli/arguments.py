@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import NoReturn
 
-from console.doctor import version
+from console.cli.doctor import version
 from engine.errors import one_line
 
 TRACES_DEFAULT = "./traces/traces.db in a project with a traces/ directory, else your data directory"

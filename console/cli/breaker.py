@@ -21,11 +21,11 @@ from rich.console import Console
 from rich.text import Text
 
 from console import render
-from console.arguments import WAIT_S_MAX
 from console.attach import NO_COMMANDS, AttachedLink, CommandFailed
+from console.cli.arguments import WAIT_S_MAX
+from console.cli.tables import Column, aligned_rows
 from console.host import Action
-from console.tables import Column, aligned_rows
-from console.traces import UsageError
+from console.usage import UsageError
 from engine.breaker import BreakerState
 from engine.errors import iso_timestamp, one_line
 from engine.events import BreakerTransitioned

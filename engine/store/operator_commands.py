@@ -22,17 +22,16 @@ import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, NoReturn
+from typing import Literal, NoReturn, Protocol
 
 import anyio
 from anyio.abc import TaskStatus
 
-from engine.errors import one_line
-from engine.store import CommandRow, TraceStore, TraceStoreError
+from engine.breaker import BreakerState
+from engine.errors import TraceStoreError, one_line
 from engine.store.command_auth import MAX_EXPIRY_S, verify
-
-if TYPE_CHECKING:
-    from engine.engine import Engine
+from engine.store.rows import CommandRow
+from engine.store.store import TraceStore
 
 log = logging.getLogger("tripwire.commands")
 
@@ -45,8 +44,23 @@ operator command claiming one would pass for the engine's own decision."""
 ACTOR_MAX = 256
 
 
+class CommandTarget(Protocol):
+    """What carrying out a command needs of the engine (:class:`~engine.Engine` is one)."""
+
+    @property
+    def wall_clock(self) -> Callable[[], float]: ...
+
+    # What the operations return is not used: declared ``object`` so any return type fits.
+    def trip(self, tool_id: str, *, actor: str = ..., reason: str = ...) -> object: ...
+    def reset(self, tool_id: str, *, actor: str = ..., reason: str = ...) -> object: ...
+    def disable(self, tool_id: str, *, actor: str = ..., reason: str = ...) -> object: ...
+    def state(self, tool_id: str) -> BreakerState: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Acknowledgement:
+    """What the engine answered to one operator command, as the store records it."""
+
     command_id: int
     status: Literal["applied", "failed", "refused"]
     result: str
@@ -109,7 +123,7 @@ class CommandGuard:
         self._taken[command.id] = command.expires_at if command.expires_at is not None else now
 
 
-def apply_command(engine: Engine, command: CommandRow, guard: CommandGuard) -> Acknowledgement:
+def apply_command(engine: CommandTarget, command: CommandRow, guard: CommandGuard) -> Acknowledgement:
     """Check one command and carry it out on the engine's loop (it never awaits); never raises."""
     now = engine.wall_clock()
     try:
@@ -119,7 +133,7 @@ def apply_command(engine: Engine, command: CommandRow, guard: CommandGuard) -> A
     if refusal is not None:
         return Acknowledgement(command.id, "refused", refusal, now)
     guard.take(command, now)  # before acting: whatever happens next, it happens once
-    actions: dict[str, Callable[..., None]] = {
+    actions: dict[str, Callable[..., object]] = {
         "trip": engine.trip,
         "reset": engine.reset,
         "disable": engine.disable,
@@ -138,7 +152,7 @@ def apply_command(engine: Engine, command: CommandRow, guard: CommandGuard) -> A
 
 
 async def apply_pending_commands(
-    engine: Engine,
+    engine: CommandTarget,
     store: TraceStore,
     guard: CommandGuard,
     *,
@@ -190,7 +204,7 @@ def _acknowledge(store: TraceStore, ack: Acknowledgement) -> None:
 
 
 async def serve_operator_commands(
-    engine: Engine,
+    engine: CommandTarget,
     store: TraceStore,
     *,
     key: bytes | None = None,
@@ -240,6 +254,7 @@ __all__ = [
     "RESERVED_ACTORS",
     "Acknowledgement",
     "CommandGuard",
+    "CommandTarget",
     "apply_command",
     "apply_pending_commands",
     "operator_name",

@@ -1,0 +1,85 @@
+"""``tripwire serve``: the engine headless, recording to its trace store and applying the operator
+commands of attached consoles, until a signal stops it."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import signal
+import sys
+from functools import partial
+from pathlib import Path
+
+import anyio
+from anyio import CancelScope
+from anyio.abc import TaskStatus
+
+from console.cli.run import warn_refused
+from console.host import Workload, driven_engine
+from engine.engine import Engine
+from engine.errors import one_line
+from engine.locations import bundled_manifests
+from engine.store import RetentionPolicy, TraceRecorder, TraceStore, serve_operator_commands
+
+
+def serve_command(args: argparse.Namespace, retention: RetentionPolicy) -> int:
+    """The service, until stopped; its exit status (1 when the workload died)."""
+    manifests: Path = args.manifests
+    scenario = args.scenario or bundled_manifests() / "demo" / "live.yaml"
+    engine, workload, _ = driven_engine(manifests, scenario=scenario, workload=args.workload, record=True)
+    assert workload is not None  # a scenario, when not a workload of yours
+    warn_refused(engine)
+    try:
+        with TraceStore(args.traces) as store:
+            # The command key (made beside the store if there is none): a key others may read is
+            # refused here, on one line, before anything runs.
+            key = None if args.no_commands else store.command_key()
+            store.set_taking_commands(key is not None)  # what attached consoles are told
+            # Batches: the engine never waits for the disk; attached consoles read what is committed.
+            recorder = TraceRecorder(store, durability="batch", retention=retention).attach(engine)
+            try:
+                recorder.flush()  # the manifests in force are stored before anyone is told to attach
+                service = partial(
+                    _run_service, engine, store, workload, args.traces, args.poll_ms / 1000, key
+                )
+                return anyio.run(service, backend="asyncio")
+            finally:
+                recorder.close()
+    finally:
+        engine.close()
+
+
+async def _run_service(
+    engine: Engine, store: TraceStore, workload: Workload, traces: Path, poll_s: float, key: bytes | None
+) -> int:
+    """The engine, its workload and (given the command key) the operator commands, in one task
+    group until a signal."""
+    status = 0
+    async with engine, anyio.create_task_group() as group:
+        await group.start(_cancel_on_signal, group.cancel_scope)
+        if key is not None:
+            await group.start(partial(serve_operator_commands, engine, store, key=key, poll_s=poll_s))
+        where = shlex.quote(str(traces))
+        taking = "" if key is not None else ", taking no operator commands"
+        print(
+            f"tripwire serve: recording to {where}{taking}; attach with: tripwire console --attach {where}",
+            flush=True,
+        )
+        try:
+            await workload(engine)
+        except Exception as exc:  # a service whose workload died stops, saying why, on one line
+            problem = one_line(f"{type(exc).__name__}: {exc}")
+            print(f"tripwire: workload failed: {problem}", file=sys.stderr)
+            status = 1
+            group.cancel_scope.cancel()
+        # A workload that returns leaves the engine serving commands and timers until stopped.
+    return status
+
+
+async def _cancel_on_signal(scope: CancelScope, *, task_status: TaskStatus[None]) -> None:
+    """Ctrl-C or SIGTERM: a clean stop, everything recorded (exit status 0)."""
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        task_status.started()
+        async for _ in signals:
+            scope.cancel()
+            return

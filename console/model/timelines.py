@@ -1,0 +1,109 @@
+"""Calls on a time axis, attempt by attempt: what a tool's retry timeline draws.
+
+Built from a tool's newest call events when the timeline is shown, never on every event.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from engine.events import (
+    AttemptFailed,
+    AttemptStarted,
+    CallFailed,
+    CallRejected,
+    CallSucceeded,
+    Event,
+    StreamEnded,
+    ToolEvent,
+    ToolTimedOut,
+    TurnCanceled,
+    TurnDeadlineExceeded,
+    TurnInterrupted,
+)
+from engine.kinds import ErrorKind
+
+RECENT_CALLS = 12
+"""Calls shown in a tool's retry timeline."""
+
+
+@dataclass(slots=True)
+class AttemptSpan:
+    attempt: int
+    start: float
+    end: float | None = None
+    outcome: str = "running"
+    """running, ok, error, timeout or cut (by the turn's deadline or a stop)."""
+    kind: str | None = None
+    delay_ms: float | None = None
+    """The backoff planned after this attempt, when it was retried."""
+
+
+@dataclass(slots=True)
+class CallTimeline:
+    call_id: str
+    turn_id: str | None
+    start: float
+    attempts: list[AttemptSpan] = field(default_factory=list)
+    outcome: str = "running"
+    """running, succeeded, partial, failed, rejected or cut."""
+    end: float | None = None
+
+
+def build_timelines(events: Iterable[Event], limit: int = RECENT_CALLS) -> list[CallTimeline]:
+    """Calls on a time axis from their events: attempts, the backoff planned after each, the end."""
+    calls: OrderedDict[tuple[str | None, str], CallTimeline] = OrderedDict()
+
+    def call(turn_id: str | None, call_id: str, t: float) -> CallTimeline:
+        timeline = calls.get((turn_id, call_id))
+        if timeline is None:
+            timeline = calls[(turn_id, call_id)] = CallTimeline(call_id, turn_id, t)
+        return timeline
+
+    def span(timeline: CallTimeline, attempt: int, t: float) -> AttemptSpan:
+        for existing in reversed(timeline.attempts):
+            if existing.attempt == attempt:
+                return existing
+        created = AttemptSpan(attempt, t)
+        timeline.attempts.append(created)
+        return created
+
+    def end(timeline: CallTimeline, t: float, outcome: str) -> None:
+        timeline.outcome, timeline.end = outcome, t
+        for attempt in timeline.attempts:
+            if attempt.end is None:
+                attempt.end, attempt.outcome = t, "ok" if outcome in ("succeeded", "partial") else "cut"
+
+    for e in events:
+        if isinstance(e, TurnDeadlineExceeded | TurnCanceled | TurnInterrupted):
+            for call_id in e.unfinished:
+                timeline = calls.get((e.turn_id, call_id))
+                if timeline is not None and timeline.end is None:
+                    end(timeline, e.t, "cut")
+            continue
+        if not isinstance(e, ToolEvent):
+            continue
+        timeline = call(e.turn_id, e.call_id, e.t)
+        if isinstance(e, AttemptStarted):
+            span(timeline, e.attempt, e.t)
+        elif isinstance(e, ToolTimedOut):
+            attempt = span(timeline, e.attempt, e.t)
+            attempt.end, attempt.outcome, attempt.kind = e.t, "timeout", str(ErrorKind.TIMEOUT)
+        elif isinstance(e, AttemptFailed):
+            attempt = span(timeline, e.attempt, e.t)
+            if attempt.outcome == "running":  # a timeout already ended it
+                attempt.end, attempt.outcome = e.t, "error"
+            attempt.kind = str(e.kind)
+            if e.decision == "retry":
+                attempt.delay_ms = e.delay_ms
+        elif isinstance(e, CallSucceeded):
+            end(timeline, e.t, "partial" if e.partial else "succeeded")
+        elif isinstance(e, CallFailed):
+            end(timeline, e.t, "failed")
+        elif isinstance(e, CallRejected):
+            end(timeline, e.t, "rejected")
+        elif isinstance(e, StreamEnded) and e.outcome == "abandoned":
+            end(timeline, e.t, "succeeded")
+    return list(calls.values())[-limit:]

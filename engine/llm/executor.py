@@ -1,0 +1,294 @@
+"""Runs an assistant message's tool calls as one engine turn: exactly one result per call id, in order.
+
+Whatever happens (malformed JSON, an unknown tool, arguments that do not bind, a duplicate id, an
+open circuit, a tool timeout, the turn's deadline, a stop), every call gets exactly one result. A
+failed call's text (:mod:`engine.llm.model_text`) is redacted by the engine's policy
+(:mod:`engine.redaction`), extended by the executor's ``secret_fields`` and the tool's manifest —
+the same redacted text the trace keeps.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Collection, Iterable
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from engine.breaker import BreakerState
+from engine.errors import ToolError, TurnNotPersisted, jsonable
+from engine.events import ToolResultSent
+from engine.faults import FaultInjector
+from engine.handler import CALLER_FAULT_KINDS
+from engine.kinds import ErrorKind
+from engine.llm.model_text import (
+    CANCELED_ERROR_TYPE,
+    DEFAULT_MAX_ERROR_CHARS,
+    MIN_ERROR_CHARS,
+    TURN_DEADLINE_ERROR_TYPE,
+    format_tool_error_for_llm,
+    success_content,
+)
+from engine.llm.parsing import (
+    LLMToolCall,
+    parse_anthropic_tool_uses,
+    parse_arguments,
+    parse_openai_tool_calls,
+)
+from engine.llm.results import ToolBatch, ToolResultItem
+from engine.llm.tool_errors import ToolErrorRegistry, ToolExecutionError, root_error_type
+from engine.outcomes import CallOutcome, CallStatus, TurnResult
+from engine.redaction import RedactionPolicy
+from engine.turn import ToolCall, Turn
+
+if TYPE_CHECKING:
+    from engine.engine import Engine
+
+log = logging.getLogger("tripwire.llm")
+
+_OPEN_STATES = (BreakerState.OPEN, BreakerState.FORCED_OPEN)
+
+
+class ToolCallExecutor:
+    """Runs an assistant message's tool calls as one engine turn; one result per call, in order.
+
+    Counters ``calls_total`` and ``executed_total`` span every run (a session); ``failed`` applies
+    spec-map kinds.turn-failed to the session. Every failed call is recorded in ``registry``.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        deadline_s: float | None = 120.0,
+        secret_fields: Iterable[str] = (),
+        max_error_chars: int = DEFAULT_MAX_ERROR_CHARS,
+        registry: ToolErrorRegistry | None = None,
+    ) -> None:
+        if deadline_s is not None and not deadline_s > 0:
+            raise ValueError(f"deadline_s must be positive or None, got {deadline_s!r}")
+        if max_error_chars < MIN_ERROR_CHARS:
+            raise ValueError(f"max_error_chars must be at least {MIN_ERROR_CHARS}, got {max_error_chars}")
+        self.engine = engine
+        self.deadline_s = deadline_s
+        self.redaction = engine.redaction.with_fields(sorted(secret_fields))
+        """The engine's policy, extended by ``secret_fields`` (and, per call, by its tool's manifest)."""
+        self.max_error_chars = max_error_chars
+        self.registry = registry if registry is not None else ToolErrorRegistry()
+        self.calls_total = 0
+        self.executed_total = 0
+
+    @property
+    def failed(self) -> bool:
+        """Over the session: calls were made and none of them executed (spec-map kinds.turn-failed)."""
+        return self.calls_total > 0 and self.executed_total == 0
+
+    async def run_openai(self, message: Any, *, stop: anyio.Event | None = None) -> list[dict[str, Any]]:
+        """``[{"role": "tool", "tool_call_id": …, "content": …}]``, one per call, in order."""
+        return (await self.run(parse_openai_tool_calls(message), stop=stop)).to_openai_messages()
+
+    async def run_anthropic(
+        self, message_or_blocks: Any, *, stop: anyio.Event | None = None
+    ) -> dict[str, Any]:
+        """A user message whose content is one ``tool_result`` block per ``tool_use``, in order."""
+        calls = parse_anthropic_tool_uses(message_or_blocks)
+        return (await self.run(calls, stop=stop)).to_anthropic_message()
+
+    async def run(
+        self, calls: Iterable[LLMToolCall], *, stop: anyio.Event | None = None, turn_id: str | None = None
+    ) -> ToolBatch:
+        """Refuse what cannot run, run the rest as one turn, and answer every call in order.
+
+        ``turn_id`` names the turn (a fresh id by default)."""
+        turn_id = turn_id if turn_id is not None else self.engine.next_turn_id()
+        calls = [self._as_faulted(call, turn_id) for call in calls]
+        tools = self.engine.tool_ids
+        refused: dict[int, tuple[ErrorKind, str]] = {}
+        runnable: list[ToolCall] = []
+        seen: set[str] = set()
+        for index, call in enumerate(calls):
+            why = self._refusal(call, tools, seen)
+            seen.add(call.id)
+            if why is not None:
+                refused[index] = why
+            else:
+                runnable.append(ToolCall(call.id, call.name, dict(call.arguments or {})))
+        result: TurnResult | None = None
+        crash: Exception | None = None
+        if runnable:
+            try:
+                turn = Turn(runnable, id=turn_id, deadline_s=self.deadline_s)
+                result = await self.engine.run_turn(turn, stop=stop)
+            except TurnNotPersisted:  # the turn ran but is not durable: the caller asked to know
+                raise
+            except Exception as exc:  # an engine bug must not break the transcript
+                log.exception("the engine failed while running %d tool call(s)", len(runnable))
+                crash = exc
+        items: list[ToolResultItem] = []
+        for index, call in enumerate(calls):
+            if index in refused:
+                kind, reason = refused[index]
+                items.append(
+                    self._failure(call, kind, str(kind), reason, False, None, "not_run", False, None)
+                )
+            elif result is not None:
+                items.append(self._from_outcome(call, result.outcomes[call.id]))
+            else:
+                assert crash is not None
+                message = f"the engine failed while running this call: {type(crash).__name__}: {crash}"
+                items.append(
+                    self._failure(
+                        call, ErrorKind.INTERNAL_ERROR, type(crash).__name__, message, False, None,
+                        str(CallStatus.FAILED), False,
+                        ToolError(ErrorKind.INTERNAL_ERROR, message, tool_id=call.name, original_error=crash),
+                    )
+                )  # fmt: skip
+        self._announce(items, calls, turn_id, result)
+        batch = ToolBatch(items, result)
+        self.calls_total += len(items)
+        self.executed_total += batch.executed
+        return batch
+
+    def _announce(
+        self, items: list[ToolResultItem], calls: list[LLMToolCall], turn_id: str, result: TurnResult | None
+    ) -> None:
+        """What the model receives, as events: an error's exact text (already redacted and capped); a
+        result's text made from the result redacted — the model itself gets the tool's own result."""
+        engine = self.engine
+        trace = result.trace.events if result is not None else None
+        at, t = engine.wall_clock(), anyio.current_time()
+        for item, call in zip(items, calls, strict=True):
+            error_type = item.error.error_type if item.error is not None else None
+            content = item.content
+            outcome = result.outcomes.get(call.id) if result is not None and not item.is_error else None
+            if outcome is not None and self.redaction.enabled:
+                policy = self._policy(call.name)
+                result_value = jsonable(outcome.value)  # an object's repr is text to look into too
+                content = success_content(policy.value(result_value, policy.secrets_in(call.arguments)))
+            engine.publish(
+                ToolResultSent(
+                    at=at, t=t, tool_id=item.tool_name, call_id=item.call_id, turn_id=turn_id,
+                    content=content, is_error=item.is_error, status=item.status, error_type=error_type,
+                    kind=item.kind,
+                ),
+                trace,
+            )  # fmt: skip
+
+    def _policy(self, tool: str) -> RedactionPolicy:
+        """The executor's policy, extended by the tool manifest's ``secret_fields``."""
+        if tool in self.engine.tool_ids:
+            fields = self.engine.manifest(tool).secret_fields
+            if fields:
+                return self.redaction.with_fields(fields)
+        return self.redaction
+
+    def _as_faulted(self, call: LLMToolCall, turn_id: str) -> LLMToolCall:
+        """The call as a fault plan's ``tool_call_fault`` corrupts it, or as the model sent it."""
+        injector = self.engine.faults
+        if not isinstance(injector, FaultInjector):
+            return call
+        fault = injector.tool_call_fault(call.name, turn_id=turn_id, call_id=call.id)
+        if fault is None:
+            return call
+        raw = call.raw_arguments if call.raw_arguments is not None else json.dumps(call.arguments or {})
+        name, corrupted = fault.corrupt_tool_call(call.name, raw)
+        arguments, raw_text, problem = parse_arguments(corrupted, "arguments")
+        return LLMToolCall(call.id, name, arguments, raw_text, problem)
+
+    def _refusal(
+        self, call: LLMToolCall, tools: Collection[str], seen: set[str]
+    ) -> tuple[ErrorKind, str] | None:
+        """Why ``call`` must not run (kind, one-line message), or None."""
+        if call.id in seen:
+            return ErrorKind.INVALID_PARAMETERS, (
+                "this call repeats the id of an earlier call in the same message and was not run"
+            )
+        if call.problem is not None:
+            return ErrorKind.INVALID_PARAMETERS, call.problem
+        if call.name not in tools:
+            known = ", ".join(sorted(tools)) or "none"
+            return ErrorKind.UNKNOWN_TOOL, f"unknown tool {call.name!r}; available tools: {known}"
+        reason = self.engine.check_arguments(call.name, dict(call.arguments or {}))
+        if reason is not None:
+            return ErrorKind.INVALID_PARAMETERS, f"invalid arguments: {reason}"
+        return None
+
+    def _from_outcome(self, call: LLMToolCall, outcome: CallOutcome) -> ToolResultItem:
+        status = str(outcome.status)
+        if outcome.ok:
+            content = success_content(outcome.value)
+            return ToolResultItem(call.id, call.name, content, False, None, True, None, None, status)
+        executed = outcome.executed
+        error = outcome.error
+        if outcome.status is CallStatus.FAILED and error is not None:
+            retryable = error.classification.retryable if error.classification is not None else None
+            if error.kind is ErrorKind.CIRCUIT_OPEN:
+                retryable = False
+            return self._failure(
+                call, error.kind, root_error_type(error), error.message, retryable, outcome.served_by,
+                status, executed, error,
+            )  # fmt: skip
+        if outcome.status is CallStatus.TIMED_OUT:
+            original: BaseException = TimeoutError(outcome.reason)
+            return self._failure(
+                call, ErrorKind.TIMEOUT, TURN_DEADLINE_ERROR_TYPE, outcome.reason, True, None, status,
+                executed, original,
+            )  # fmt: skip
+        if outcome.status is CallStatus.CANCELED:
+            original = ToolError(ErrorKind.CANCELED, outcome.reason, tool_id=call.name)
+            return self._failure(
+                call, ErrorKind.CANCELED, CANCELED_ERROR_TYPE, outcome.reason, None, None, status, executed,
+                original,
+            )  # fmt: skip
+        # Skipped or escalated (only with dependencies, which LLM calls never have).
+        message = outcome.reason or status.replace("_", " ")
+        original = ToolError(ErrorKind.EXECUTION_ERROR, message, tool_id=call.name)
+        return self._failure(call, None, status, message, None, None, status, executed, original)
+
+    def _failure(
+        self,
+        call: LLMToolCall,
+        kind: ErrorKind | None,
+        error_type: str,
+        message: str,
+        retryable: bool | None,
+        tried: str | None,
+        status: str,
+        executed: bool,
+        original: BaseException | None,
+    ) -> ToolResultItem:
+        policy = self._policy(call.name)
+        clean = policy.text(message, policy.secrets_in(call.arguments))
+        alternative = self._alternative(call.name, kind, tried)
+        content = format_tool_error_for_llm(
+            call.name, error_type, clean, kind=kind, retryable=retryable, alternative=alternative,
+            max_chars=self.max_error_chars,
+        )  # fmt: skip
+        if original is None:
+            original = ToolError(kind or ErrorKind.EXECUTION_ERROR, clean, tool_id=call.name)
+        tool_input = call.arguments if call.arguments is not None else call.raw_arguments
+        stamped = isinstance(original, ToolError) and original.at is not None
+        error = ToolExecutionError(
+            call.name, original, policy.value(tool_input), clean, error_type=error_type,
+            at=None if stamped else self.engine.wall_clock(),
+        )  # fmt: skip
+        self.registry.record_error(call.name, error)
+        return ToolResultItem(
+            call.id, call.name, content, True, kind, executed, retryable, alternative, status, error
+        )
+
+    def _alternative(self, tool: str, kind: ErrorKind | None, tried: str | None) -> str | None:
+        """The first alternative not yet tried whose breaker is not open, for tool-side failures."""
+        if kind is None or kind in CALLER_FAULT_KINDS:
+            return None
+        engine = self.engine
+        registered = engine.tool_ids
+        if tool not in registered:
+            return None
+        for name in engine.manifest(tool).alternatives:
+            if name in (tool, tried) or name not in registered:
+                continue
+            if engine.state(name) not in _OPEN_STATES:
+                return name
+        return None
