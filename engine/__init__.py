@@ -9,53 +9,172 @@ The public surface is the names of ``__all__`` below and these subpackages, each
 its recorder), :mod:`engine.llm` (LLM tool calls), :mod:`engine.faults` (fault plans),
 :mod:`engine.replay` (replaying recorded turns) and :mod:`engine.demo` (the bundled demo
 tools). Every other module is internal — its docstring says so — and may change or move.
+
+Importing ``engine`` loads nothing else: each public name's module is imported the first time the
+name is used (``from engine import Engine`` loads what an engine needs, pydantic among it). The
+command line and programs that need a part of the engine start without paying for the rest.
 """
 
-from engine.breaker import AttemptOutcome, BreakerConfig, BreakerState, CircuitBreaker
-from engine.bus import EventBus
-from engine.call import CallContext, CallResult
-from engine.classify import Classification, ClassificationOverride, Rule, classify
-from engine.config import ConfigError, ConfigIssue
-from engine.engine import Engine
-from engine.errors import ToolError, TraceStoreError, TripwireError, TurnNotPersisted
-from engine.events import EVENT_TYPES, Event
-from engine.handler import (
-    MISSING,
-    Decision,
-    DefaultErrorHandler,
-    ErrorHandler,
-    FailureContext,
-    HandlerDecision,
-)
-from engine.kinds import KIND_INFO, ErrorClass, ErrorKind, KindInfo
-from engine.llm import (
-    LLMToolCall,
-    ToolBatch,
-    ToolCallExecutor,
-    ToolErrorRegistry,
-    ToolExecutionError,
-    ToolResultItem,
-    format_tool_error_for_llm,
-    parse_anthropic_tool_uses,
-    parse_openai_tool_calls,
-)
-from engine.manifest import (
-    ManifestError,
-    ManifestRegistry,
-    SideEffect,
-    ToolManifest,
-    ToolPolicy,
-    load_manifest,
-)
-from engine.metrics import Counts, ToolStats
-from engine.outcomes import CallOutcome, CallStatus, TurnResult
-from engine.redaction import RedactionPolicy
-from engine.retry import RetryPlan, RetryPolicy, plan_retry
-from engine.trace import TurnTrace
-from engine.turn import ToolCall, Turn, TurnError
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from engine.breaker import (
+        AttemptOutcome,
+        BreakerConfig,
+        BreakerState,
+        CircuitBreaker,
+    )
+    from engine.bus import EventBus
+    from engine.call import CallContext, CallResult
+    from engine.classify import (
+        Classification,
+        ClassificationOverride,
+        Rule,
+        classify,
+    )
+    from engine.config import ConfigError, ConfigIssue
+    from engine.engine import Engine
+    from engine.errors import (
+        ToolError,
+        TraceStoreError,
+        TripwireError,
+        TurnNotPersisted,
+    )
+    from engine.events import Event
+    from engine.handler import (
+        Decision,
+        DefaultErrorHandler,
+        ErrorHandler,
+        FailureContext,
+        HandlerDecision,
+    )
+    from engine.kinds import ErrorClass, ErrorKind, KindInfo
+    from engine.llm import (
+        LLMToolCall,
+        ToolBatch,
+        ToolCallExecutor,
+        ToolErrorRegistry,
+        ToolExecutionError,
+        ToolResultItem,
+        format_tool_error_for_llm,
+        parse_anthropic_tool_uses,
+        parse_openai_tool_calls,
+    )
+    from engine.manifest import (
+        ManifestError,
+        ManifestRegistry,
+        SideEffect,
+        ToolManifest,
+        ToolPolicy,
+        load_manifest,
+    )
+    from engine.metrics import Counts, ToolStats
+    from engine.outcomes import CallOutcome, CallStatus, TurnResult
+    from engine.redaction import RedactionPolicy
+    from engine.retry import RetryPlan, RetryPolicy, plan_retry
+    from engine.trace import TurnTrace
+    from engine.turn import ToolCall, Turn, TurnError
 
 __tripwire__ = True
 """Marks this ``engine`` as tripwire's (see ``tripwire doctor``)."""
+
+# Declared here, documented here; their values come from their modules on first use like the rest.
+MISSING: Any
+"""Marks an absent value where ``None`` is a legitimate one (defaults, partial results)."""
+
+EVENT_TYPES: dict[str, type[Event]]
+"""Every concrete event class by its ``event_type``: how a stored event finds its class again."""
+
+KIND_INFO: dict[ErrorKind, KindInfo]
+"""What each error kind means (a :class:`KindInfo` per :class:`ErrorKind`): the catalogue of kinds."""
+
+_HOMES: Final[dict[str, tuple[str, ...]]] = {
+    "engine.breaker": ("AttemptOutcome", "BreakerConfig", "BreakerState", "CircuitBreaker"),
+    "engine.bus": ("EventBus",),
+    "engine.call": ("CallContext", "CallResult"),
+    "engine.classify": ("Classification", "ClassificationOverride", "Rule", "classify"),
+    "engine.config": ("ConfigError", "ConfigIssue"),
+    "engine.engine": ("Engine",),
+    "engine.errors": ("ToolError", "TraceStoreError", "TripwireError", "TurnNotPersisted"),
+    "engine.events": ("EVENT_TYPES", "Event"),
+    "engine.handler": (
+        "MISSING",
+        "Decision",
+        "DefaultErrorHandler",
+        "ErrorHandler",
+        "FailureContext",
+        "HandlerDecision",
+    ),
+    "engine.kinds": ("KIND_INFO", "ErrorClass", "ErrorKind", "KindInfo"),
+    "engine.llm": (
+        "LLMToolCall",
+        "ToolBatch",
+        "ToolCallExecutor",
+        "ToolErrorRegistry",
+        "ToolExecutionError",
+        "ToolResultItem",
+        "format_tool_error_for_llm",
+        "parse_anthropic_tool_uses",
+        "parse_openai_tool_calls",
+    ),
+    "engine.manifest": (
+        "ManifestError",
+        "ManifestRegistry",
+        "SideEffect",
+        "ToolManifest",
+        "ToolPolicy",
+        "load_manifest",
+    ),
+    "engine.metrics": ("Counts", "ToolStats"),
+    "engine.outcomes": ("CallOutcome", "CallStatus", "TurnResult"),
+    "engine.redaction": ("RedactionPolicy",),
+    "engine.retry": ("RetryPlan", "RetryPolicy", "plan_retry"),
+    "engine.trace": ("TurnTrace",),
+    "engine.turn": ("ToolCall", "Turn", "TurnError"),
+}
+"""Each public name by the module that defines it: imported on first use (start-up: ``import engine``
+took 280 ms when it imported them all; the command line needs a few light modules of the engine)."""
+
+_HOME_OF: Final = {name: module for module, names in _HOMES.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    """A public name, imported on first use; or a submodule, as an eager ``import engine`` gave it."""
+    module = _HOME_OF.get(name)
+    if module is not None:
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value
+        return value
+    if not name.startswith("_"):
+        try:
+            return importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":
+                raise
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+class _Package(types.ModuleType):
+    """``engine`` itself. The import system sets each submodule as an attribute of its package when
+    it loads: ``engine.classify`` would then be the subpackage, not the function, depending on what
+    was imported first. The function stays (as when this package imported it eagerly)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, types.ModuleType) and name in _HOME_OF:
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 __all__ = [
     "EVENT_TYPES",

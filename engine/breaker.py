@@ -87,6 +87,10 @@ class Permit:
     """OPEN → HALF_OPEN, when this admission found the open period over: the caller's to announce."""
 
 
+_FIRST_PERMIT = Permit(0, probe=False)
+"""Every new breaker's standing permit (frozen, so shared: one allocation fewer per tool)."""
+
+
 def rejection_reason(tool_id: str, state: BreakerState) -> str:
     """Why a breaker in ``state`` rejects a call: the one text a rejected call's reason gives,
     whoever decides about the rejection (the default rules or a custom handler deferring)."""
@@ -131,7 +135,7 @@ class CircuitBreaker:
         self.probe_in_flight = False
         self.opens = 0
         self.generation = 0
-        self._permit = Permit(0, probe=False)
+        self._permit = _FIRST_PERMIT
         self._rejection: tuple[int, str] | None = None
 
     # --- admission ---------------------------------------------------------------------

@@ -12,7 +12,7 @@ Internal: the engine's machinery, no public names.
 
 from __future__ import annotations
 
-import asyncio
+import sys
 
 import anyio
 
@@ -26,6 +26,11 @@ def is_stray_cancellation(error: BaseException) -> bool:
         return False
     if anyio.current_effective_deadline() <= anyio.current_time():  # -inf once a scope is cancelled
         return False
+    # start-up: asyncio is not imported for this check (15 ms at `import engine`); an asyncio task
+    # can only be running if something imported it.
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is None:
+        return True
     try:
         task = asyncio.current_task()
     except RuntimeError:  # not on asyncio

@@ -5,8 +5,8 @@ Internal: shared by the engine and the console, not API.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+import sys
 from collections.abc import Callable
 
 import anyio
@@ -27,8 +27,12 @@ def backend_clock() -> Callable[[], float]:
     clock is the running loop's ``time()``, which the loop itself reads faster still.
     """
     loop = getattr(anyio.lowlevel.current_token(), "native_token", None)
-    if isinstance(loop, asyncio.AbstractEventLoop):
-        return loop.time
+    # start-up: asyncio is not imported for this check (15 ms at `import engine`); a loop of it can
+    # only be running if something imported it.
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is not None and isinstance(loop, asyncio.AbstractEventLoop):
+        loop_time: Callable[[], float] = loop.time
+        return loop_time
     clock = getattr(_backend(), "current_time", None)
     return clock if callable(clock) else current_time
 

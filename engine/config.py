@@ -20,11 +20,14 @@ import os
 import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import yaml
 from pydantic import BaseModel, BeforeValidator, ValidationError
+
+if TYPE_CHECKING:
+    import yaml
 
 from engine.errors import TripwireError, one_line
 
@@ -79,32 +82,42 @@ _MAX_FLOW_DEPTH = 100
 """``[[[[…`` deeper than this is an error: PyYAML's scanner slows to ~1 s on thousands."""
 
 
-class _SafeLoader(yaml.SafeLoader):
-    """A ``SafeLoader`` that reports bad values (``!!int abc``, month 13) as YAML errors."""
+@cache
+def _safe_loader() -> type[yaml.SafeLoader]:
+    """The loader class, made on first use: PyYAML is imported only when a file is read (start-up:
+    10 ms at `import engine` and in every `tripwire` command otherwise)."""
+    import yaml  # start-up: see above
 
-    def fetch_flow_collection_start(self, TokenClass: Any) -> None:
-        if self.flow_level >= _MAX_FLOW_DEPTH:
-            raise yaml.scanner.ScannerError(
-                None, None, f"nested deeper than {_MAX_FLOW_DEPTH} levels", self.get_mark()
-            )
-        super().fetch_flow_collection_start(TokenClass)
+    class SafeLoader(yaml.SafeLoader):
+        """A ``SafeLoader`` that reports bad values (``!!int abc``, month 13) as YAML errors."""
 
-    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
-        try:
-            return super().construct_object(node, deep)
-        except (ValueError, TypeError, OverflowError) as exc:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"invalid {node.tag.rsplit(':', 1)[-1]} value: {exc}", node.start_mark
-            ) from None
+        def fetch_flow_collection_start(self, TokenClass: Any) -> None:
+            if self.flow_level >= _MAX_FLOW_DEPTH:
+                raise yaml.scanner.ScannerError(
+                    None, None, f"nested deeper than {_MAX_FLOW_DEPTH} levels", self.get_mark()
+                )
+            super().fetch_flow_collection_start(TokenClass)
+
+        def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+            try:
+                return super().construct_object(node, deep)
+            except (ValueError, TypeError, OverflowError) as exc:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"invalid {node.tag.rsplit(':', 1)[-1]} value: {exc}", node.start_mark
+                ) from None
+
+    return SafeLoader
 
 
 def load_yaml(
     text: str, path: str, error: type[ConfigError] = ConfigError
 ) -> tuple[Any, dict[FieldPath, int]]:
     """Parse ``text`` safely; return the data and the line of every key and item."""
-    loader: _SafeLoader | None = None
+    import yaml  # start-up: PyYAML only when a file is read (see _safe_loader)
+
+    loader: yaml.SafeLoader | None = None
     try:
-        loader = _SafeLoader(text)  # checks for unprintable characters already
+        loader = _safe_loader()(text)  # checks for unprintable characters already
         node = loader.get_single_node()
         if node is None:
             return None, {}
@@ -137,6 +150,8 @@ def _index_lines(
     seen_nodes: set[int],
     error: type[ConfigError],
 ) -> None:
+    import yaml  # start-up: PyYAML only when a file is read (see _safe_loader)
+
     lines.setdefault(at, node.start_mark.line + 1)
     if id(node) in seen_nodes:
         return  # an alias: indexed where its anchor is (recursive or "billion laughs" YAML)

@@ -259,7 +259,7 @@ class CallGuard:
                 raise
             finally:
                 if bucket is not None:
-                    bucket.pop(scope, None)
+                    timeouts.done(bucket, scope)
             now = clock()
             if error is None and not scope.cancelled_caught:
                 transition = breaker.record(permit, AttemptOutcome.SUCCEEDED, now)

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import anyio
-import trio.testing
 from anyio import current_time
 
 from engine.classify import Classification, Rule
@@ -347,6 +346,10 @@ def replay_all_on_virtual_time(
 
     async def each() -> list[ReplayReport]:
         return [await replay(recording, tolerance_s=tolerance_s) for recording in recordings]
+
+    # start-up: trio.testing (and pytest, where installed) only when replaying: importing it with
+    # this module cost every `tripwire` command and any program loading a Recording 90-150 ms.
+    import trio.testing
 
     clock = trio.testing.MockClock(autojump_threshold=0)
     reports: list[ReplayReport] = anyio.run(each, backend="trio", backend_options={"clock": clock})

@@ -24,7 +24,6 @@ from typing import TypeVar
 
 import anyio
 import anyio.abc
-import watchfiles
 
 from engine.events import Event, ManifestRefused
 from engine.manifest import ManifestFile, ManifestRegistry
@@ -138,6 +137,10 @@ class ManifestWatcher:
 
     async def _watch(self, status: anyio.abc.TaskStatus[None] | None) -> None:
         """Watch until the directory is gone or replaced by another one."""
+        # start-up: watchfiles (and the multiprocessing it brings) only for an engine that watches:
+        # 5 ms at `import engine` otherwise.
+        import watchfiles
+
         identity = _identity(self.directory)
         rescan = True  # at (re)start, compare every file with what is in force
         watch = watchfiles.awatch(

@@ -22,7 +22,6 @@ from rich.console import Console
 from console.cli.arguments import LIMIT_MAX, POLL_MS_MAX, WAIT_S_MAX, build_parser
 from console.cli.doctor import report, startup_problem
 from console.usage import UsageError
-from engine.config import ConfigError
 from engine.errors import TraceStoreError, one_line
 from engine.locations import bundled_manifests, default_manifests, default_trace_store
 
@@ -77,17 +76,17 @@ def _main(argv: Sequence[str] | None) -> int:
         _check_numbers(args)
         _resolve_defaults(command, args)
         return _dispatch(command, args, console)
+    except KeyboardInterrupt:
+        return 130
     except TraceStoreError as error:
         print(f"tripwire: {error}", file=sys.stderr)
         return 2
-    except ConfigError as error:
+    except _config_errors() as error:
         print(f"tripwire: {error}", file=sys.stderr)  # one line, never wrapped
         return 2
     except _usage_errors() as error:
         print(f"tripwire: {one_line(str(error))}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        return 130
 
 
 def _only_broken_pipes(error: BaseException) -> bool:
@@ -122,7 +121,8 @@ def _check_numbers(args: argparse.Namespace) -> None:
     refresh_hz: float | None = getattr(args, "refresh_hz", None)
     if refresh_hz is not None and not low <= refresh_hz <= high:
         raise UsageError(f"--refresh-hz must be from {low:g} to {high:g}, got {refresh_hz:g}")
-    _retention(args)  # a bad age or size is refused before anything is opened
+    if getattr(args, "retention_age", None) is not None or getattr(args, "retention_size", None) is not None:
+        _retention(args)  # a bad age or size is refused before anything is opened (start-up: only if given)
     tolerance_ms: float | None = getattr(args, "tolerance_ms", None)
     if tolerance_ms is not None and not 0 <= tolerance_ms <= TOLERANCE_MS_MAX:
         raise UsageError(f"--tolerance-ms must be from 0 to {TOLERANCE_MS_MAX:g}, got {tolerance_ms:g}")
@@ -171,10 +171,18 @@ def _need_terminal() -> None:
         raise UsageError(f"the console needs a terminal ({problem}); try `tripwire demo` or `tripwire serve`")
 
 
-def _usage_errors() -> tuple[type[Exception], ...]:
-    from console.host import WorkloadError  # start-up: console.host brings the engine and anyio
+def _config_errors() -> tuple[type[Exception], ...]:
+    """``ConfigError``, if its module was loaded: nothing else can raise it. (Start-up: engine.config
+    brings pydantic and PyYAML, 60–90 ms that ``--help`` and ``traces`` do not need.)"""
+    config = sys.modules.get("engine.config")
+    return (config.ConfigError,) if config is not None else ()
 
-    return UsageError, WorkloadError
+
+def _usage_errors() -> tuple[type[Exception], ...]:
+    """``UsageError``, and ``WorkloadError`` if its module was loaded (start-up: console.host brings
+    the engine and anyio)."""
+    host = sys.modules.get("console.host")
+    return (UsageError, host.WorkloadError) if host is not None else (UsageError,)
 
 
 def _retention(args: argparse.Namespace) -> RetentionPolicy:
@@ -315,6 +323,8 @@ def _dispatch(command: str, args: argparse.Namespace, console: Console) -> int:
         return t.audit_command(
             args.traces, console, since=args.since, until=args.until, limit=args.limit, as_json=args.json
         )
+    if args.action == "check":
+        return t.check_command(args.traces, console, full=args.full, as_json=args.json)
     if args.action == "export":
         return t.export_command(
             args.traces, args.turn_id, args.output, since=args.since, until=args.until, force=args.force

@@ -123,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     _breaker_commands(commands)
 
     traces = commands.add_parser(
-        "traces", help="browse, export and prune stored turns; audit the operator commands"
+        "traces", help="browse, export and prune stored turns; audit the operator commands; check the store"
     )
     actions = traces.add_subparsers(dest="action", metavar="ACTION", required=True)
     where = actions.add_parser("where", help="which trace store the commands here use, and why")
@@ -172,6 +172,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--limit", type=int, default=50, help=f"commands to list (1 to {LIMIT_MAX:,}, default 50)"
     )
     audit.add_argument("--json", action="store_true", help="print JSON")
+    check = actions.add_parser(
+        "check",
+        help="check the store's integrity (SQLite's quick_check): exit 0 when sound, 1 when corrupt",
+        description="Read the whole trace store and check its integrity with SQLite's quick_check"
+        " (--full: integrity_check, which also compares every index with its table). Opening a store"
+        " checks it only when a writer stopped without closing it, or when it is small. Exits 0 when"
+        " nothing is wrong, 1 when the store is corrupt (the problem on one line), 2 when it cannot"
+        " be opened at all. Changes nothing.",
+    )
+    _traces_option(check)
+    check.add_argument("--full", action="store_true", help="integrity_check: slower, more thorough")
+    check.add_argument("--json", action="store_true", help="print JSON")
     prune = actions.add_parser("prune", help="remove old turns")
     _traces_option(prune)
     prune.add_argument("--older-than", help="remove turns started longer ago than this (e.g. 7d)")

@@ -28,6 +28,7 @@ from engine.llm.model_text import (
     MIN_ERROR_CHARS,
     TURN_DEADLINE_ERROR_TYPE,
     format_tool_error_for_llm,
+    is_plain_json,
     success_content,
 )
 from engine.llm.parsing import (
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("tripwire.llm")
 
 _OPEN_STATES = (BreakerState.OPEN, BreakerState.FORCED_OPEN)
+_BINDINGS_LIMIT = 4096
 
 
 class ToolCallExecutor:
@@ -78,6 +80,10 @@ class ToolCallExecutor:
         self.registry = registry if registry is not None else ToolErrorRegistry()
         self.calls_total = 0
         self.executed_total = 0
+        self._bindings: dict[tuple[str, tuple[Any, ...]], str | None] = {}
+        """Why arguments of these names do not bind to the tool (None: they do), by tool and names."""
+        self._bindings_engine: Engine | None = None
+        """The engine whose tools ``_bindings`` describes."""
 
     @property
     def failed(self) -> bool:
@@ -101,9 +107,17 @@ class ToolCallExecutor:
         """Refuse what cannot run, run the rest as one turn, and answer every call in order.
 
         ``turn_id`` names the turn (a fresh id by default)."""
-        turn_id = turn_id if turn_id is not None else self.engine.next_turn_id()
-        calls = [self._as_faulted(call, turn_id) for call in calls]
-        tools = self.engine.tool_ids
+        engine = self.engine
+        if self._bindings_engine is not engine:
+            self._bindings.clear()
+            self._bindings_engine = engine
+        turn_id = turn_id if turn_id is not None else engine.next_turn_id()
+        injector = engine.faults
+        if isinstance(injector, FaultInjector):
+            calls = [self._as_faulted(call, turn_id, injector) for call in calls]
+        else:
+            calls = list(calls)
+        tools = engine.tool_ids
         refused: dict[int, tuple[ErrorKind, str]] = {}
         runnable: list[ToolCall] = []
         seen: set[str] = set()
@@ -119,7 +133,7 @@ class ToolCallExecutor:
         if runnable:
             try:
                 turn = Turn(runnable, id=turn_id, deadline_s=self.deadline_s)
-                result = await self.engine.run_turn(turn, stop=stop)
+                result = await engine.run_turn(turn, stop=stop)
             except TurnNotPersisted:  # the turn ran but is not durable: the caller asked to know
                 raise
             except Exception as exc:  # an engine bug must not break the transcript
@@ -158,14 +172,27 @@ class ToolCallExecutor:
         engine = self.engine
         trace = result.trace.events if result is not None else None
         at, t = engine.wall_clock(), anyio.current_time()
+        redacting = self.redaction.enabled
+        policies: dict[str, RedactionPolicy] = {}
         for item, call in zip(items, calls, strict=True):
             error_type = item.error.error_type if item.error is not None else None
             content = item.content
             outcome = result.outcomes.get(call.id) if result is not None and not item.is_error else None
-            if outcome is not None and self.redaction.enabled:
-                policy = self._policy(call.name)
-                result_value = jsonable(outcome.value)  # an object's repr is text to look into too
-                content = success_content(policy.value(result_value, policy.secrets_in(call.arguments)))
+            if outcome is not None and redacting:
+                policy = policies.get(call.name)
+                if policy is None:
+                    policy = policies[call.name] = self._policy(call.name)
+                value = outcome.value
+                secrets = policy.secrets_in(call.arguments)
+                if is_plain_json(value):
+                    # Its JSON copy would be equal and give the same text: the model's text stands
+                    # unless redaction changed something — a copy of equal strings changed nothing.
+                    # No copy and no second json.dumps: 20 → 16 µs per call in the executor.
+                    redacted = policy.value(value, secrets)
+                    if redacted is not value and redacted != value:
+                        content = success_content(redacted)
+                else:  # an object's repr is text to look into too
+                    content = success_content(policy.value(jsonable(value), secrets))
             engine.publish(
                 ToolResultSent(
                     at=at, t=t, tool_id=item.tool_name, call_id=item.call_id, turn_id=turn_id,
@@ -183,11 +210,8 @@ class ToolCallExecutor:
                 return self.redaction.with_fields(fields)
         return self.redaction
 
-    def _as_faulted(self, call: LLMToolCall, turn_id: str) -> LLMToolCall:
+    def _as_faulted(self, call: LLMToolCall, turn_id: str, injector: FaultInjector) -> LLMToolCall:
         """The call as a fault plan's ``tool_call_fault`` corrupts it, or as the model sent it."""
-        injector = self.engine.faults
-        if not isinstance(injector, FaultInjector):
-            return call
         fault = injector.tool_call_fault(call.name, turn_id=turn_id, call_id=call.id)
         if fault is None:
             return call
@@ -209,10 +233,27 @@ class ToolCallExecutor:
         if call.name not in tools:
             known = ", ".join(sorted(tools)) or "none"
             return ErrorKind.UNKNOWN_TOOL, f"unknown tool {call.name!r}; available tools: {known}"
-        reason = self.engine.check_arguments(call.name, dict(call.arguments or {}))
+        reason = self._binding_problem(call.name, call.arguments or {})
         if reason is not None:
             return ErrorKind.INVALID_PARAMETERS, f"invalid arguments: {reason}"
         return None
+
+    def _binding_problem(self, tool: str, arguments: dict[str, Any]) -> str | None:
+        """``engine.check_arguments``, remembered per tool and argument names.
+
+        Binding keyword arguments depends on their names and order only, never on their values, and
+        a registered tool never changes: one ``inspect.Signature.bind`` per shape of call, not one
+        per call (``bind`` was 10 % of the executor's cost per call)."""
+        key = (tool, tuple(arguments))
+        try:
+            return self._bindings[key]
+        except KeyError:
+            pass
+        reason = self.engine.check_arguments(tool, dict(arguments))
+        if len(self._bindings) >= _BINDINGS_LIMIT:
+            self._bindings.clear()
+        self._bindings[key] = reason
+        return reason
 
     def _from_outcome(self, call: LLMToolCall, outcome: CallOutcome) -> ToolResultItem:
         status = str(outcome.status)

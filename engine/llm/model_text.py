@@ -106,6 +106,32 @@ def success_content(value: Any) -> str:
         return str(value)
 
 
+_JSON_LEAVES: Final = frozenset({str, int, float, bool, type(None)})
+_PLAIN_DEPTH = 64
+
+
+def is_plain_json(value: Any, depth: int = 0) -> bool:
+    """Only dicts with string keys, lists, tuples, strings, numbers, booleans and None (exact types):
+    a value whose JSON-safe copy (:func:`engine.errors.jsonable`) gives the same JSON text.
+
+    Deeper than 64 levels (or circular) counts as not plain: the careful path handles those."""
+    kind = type(value)
+    if kind in _JSON_LEAVES:
+        return True
+    if depth >= _PLAIN_DEPTH:
+        return False
+    if kind is dict:
+        for key in value:
+            if type(key) is not str:
+                return False
+        items = value.values()
+    elif kind is list or kind is tuple:
+        items = value
+    else:
+        return False
+    return all(type(item) in _JSON_LEAVES or is_plain_json(item, depth + 1) for item in items)
+
+
 def _header_value(value: object) -> str:
     text = " ".join(str(value).split())
     return text if len(text) <= _HEADER_VALUE_CAP else text[: _HEADER_VALUE_CAP - 1] + "…"

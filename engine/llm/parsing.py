@@ -62,6 +62,8 @@ def parse_anthropic_tool_uses(message_or_blocks: Any) -> list[LLMToolCall]:
 
 
 def _field(obj: Any, name: str) -> Any:
+    if type(obj) is dict:  # the usual case, without the slower isinstance check on an ABC
+        return obj.get(name)
     if obj is None:
         return None
     if isinstance(obj, Mapping):
@@ -89,14 +91,15 @@ def _json_type(value: Any) -> str:
 
 def parse_arguments(raw: Any, what: str) -> tuple[dict[str, Any] | None, str | None, str | None]:
     """(arguments, raw text, problem): JSON text is decoded; it must hold an object."""
-    if raw is None:
-        return {}, None, None
-    if isinstance(raw, Mapping):
-        return dict(raw), None, None
-    if isinstance(raw, bytes | bytearray):
-        raw = raw.decode("utf-8", "replace")
-    if not isinstance(raw, str):
-        return None, None, f"{what} must be a JSON object, not {_json_type(raw)}"
+    if type(raw) is not str:  # JSON text, the usual case, skips these checks (isinstance on an ABC is slow)
+        if raw is None:
+            return {}, None, None
+        if isinstance(raw, Mapping):
+            return dict(raw), None, None
+        if isinstance(raw, bytes | bytearray):
+            raw = raw.decode("utf-8", "replace")
+        elif not isinstance(raw, str):
+            return None, None, f"{what} must be a JSON object, not {_json_type(raw)}"
     if not raw.strip():
         return {}, raw, None
     try:

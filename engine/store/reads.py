@@ -16,9 +16,16 @@ from pathlib import Path
 from typing import IO, Any
 
 from engine.errors import TraceStoreError
-from engine.events import BreakerTransitioned, Event
+from engine.events import AttemptFailed, AttemptStarted, BreakerTransitioned, CallSucceeded, Event
 from engine.store.base import StoreCore
-from engine.store.codec import EVENT_COLUMNS, decode_event, fallback, json_value
+from engine.store.codec import (
+    EVENT_COLUMNS,
+    STORED_COLUMNS,
+    decode_event,
+    fallback,
+    json_value,
+    with_turn_fields,
+)
 from engine.store.export import export_target, write_new_file
 from engine.store.rows import AttemptRow, StoredTurn, TurnPage, TurnRow
 from engine.store.schema import BREAKER_TRANSITIONS
@@ -49,8 +56,45 @@ def _attempt_row(r: Sequence[Any], events: Mapping[int, Event]) -> AttemptRow:
     return AttemptRow._make((*r[:12], getattr(events.get(r[0]), "value", None), r[13]))
 
 
+def _float(value: float | None) -> float | None:
+    """As a FLOAT column gave it back: an int as a float."""
+    return None if value is None else float(value)
+
+
+def attempt_rows(ids: Sequence[int], events: Sequence[Event]) -> list[AttemptRow]:
+    """A turn's attempts, from its events, as the attempts table held them before schema 5: each
+    failure, and each success with the fault injected into its attempt (its AttemptStarted's)."""
+    out: list[AttemptRow] = []
+    faults: dict[tuple[str, str, int], str] = {}
+    for event_id, e in zip(ids, events, strict=True):
+        if isinstance(e, AttemptStarted):
+            if e.fault_type is not None:
+                faults[(e.call_id, e.tool_id, e.attempt)] = e.fault_type
+        elif isinstance(e, AttemptFailed):
+            faults.pop((e.call_id, e.tool_id, e.attempt), None)
+            out.append(
+                AttemptRow(
+                    event_id, e.turn_id, e.call_id, e.tool_id, e.attempt, "error", e.kind.value,
+                    e.classification.value, e.status_code, e.error, _float(e.latency_ms), e.fault_type, None,
+                    float(e.at),
+                )
+            )  # fmt: skip
+        elif isinstance(e, CallSucceeded):
+            fault = faults.pop((e.call_id, e.tool_id, e.attempts), None)
+            out.append(
+                AttemptRow(
+                    event_id, e.turn_id, e.call_id, e.tool_id, e.attempts, "partial" if e.partial else "ok",
+                    None, None, None, None, _float(e.attempt_ms), fault, e.value, float(e.at),
+                )
+            )  # fmt: skip
+    return out
+
+
 class StoreReads(StoreCore):
     """Browsing what is stored: pages of turns, one turn whole, events by turn or time, exports."""
+
+    _compact: bool
+    """Schema 5 or later: attempts worked out from the events (:mod:`engine.store.writes`)."""
 
     def list_turns(
         self,
@@ -125,22 +169,30 @@ class StoreReads(StoreCore):
             if not found:
                 raise TraceStoreError(self.path, f"no turn {turn_id!r}", untouched=False)
             rowid = found[0][13]
-            event_rows = self._query(
-                f"SELECT {EVENT_COLUMNS} FROM events WHERE turn = ? ORDER BY id", (rowid,)
-            )
-            attempt_rows = self._query(
-                "SELECT event_id, turn_id, call_id, tool_id, attempt, outcome, kind, class, status_code,"
-                " message, latency_ms, fault_type, NULL, at FROM attempts WHERE turn = ? ORDER BY id",
-                (rowid,),
+            stored = self._query(f"SELECT {STORED_COLUMNS} FROM events WHERE turn = ? ORDER BY id", (rowid,))
+            legacy = (
+                self._query(
+                    "SELECT event_id, turn_id, call_id, tool_id, attempt, outcome, kind, class, status_code,"
+                    " message, latency_ms, fault_type, NULL, at FROM attempts WHERE turn = ? ORDER BY id",
+                    (rowid,),
+                )
+                if not self._compact
+                else None
             )
         row = found[0]
+        event_rows = self._with_turn(stored, row[0], row[9], row[11], row[12])
         try:
             events = [decode_event(*r[1:]) for r in event_rows]
-            by_id = dict(zip((r[0] for r in event_rows), events, strict=True))
+            ids = [r[0] for r in event_rows]
+            if legacy is None:
+                attempts = attempt_rows(ids, events)
+            else:
+                by_id = dict(zip(ids, events, strict=True))
+                attempts = [_attempt_row(r, by_id) for r in legacy]
             return StoredTurn(
                 row=_turn_row(row[:9]),
                 events=events,
-                attempts=[_attempt_row(r, by_id) for r in attempt_rows],
+                attempts=attempts,
                 spec=json_value(row[9]),
                 seed=row[10],
                 breakers=json_value(row[11]),
@@ -150,6 +202,21 @@ class StoreReads(StoreCore):
             raise TraceStoreError(
                 self.path, f"turn {turn_id!r} cannot be read: {exc}", untouched=False
             ) from None
+
+    @staticmethod
+    def _with_turn(
+        rows: list[Any], turn_id: str, spec: str | None, breakers: str | None, manifests: str | None
+    ) -> list[Any]:
+        """One turn's stored rows as :data:`EVENT_COLUMNS` reads them: the turn's id where the row
+        left it out (the turn's row has it, unless renamed: then the rows have it), a TurnStarted's
+        big fields put back."""
+        out = []
+        for r in rows:
+            if r[2] is None or r[1] == "TurnStarted":
+                data = with_turn_fields(r[7], spec, breakers, manifests) if r[1] == "TurnStarted" else r[7]
+                r = (r[0], r[1], turn_id if r[2] is None else r[2], *r[3:7], data)
+            out.append(r)
+        return out
 
     def events(
         self, *, turn_id: str | None = None, since: Since = None, until: Since = None, chunk: int = 2000
@@ -288,6 +355,7 @@ class StoreReads(StoreCore):
         """Rows per trace table (operator commands and writers are not traces), and turns still
         ``running``."""
         with self._lock:
+            # attempts: since schema 5 a view of events (counted without reading their data).
             out = {table: int(self._query(f"SELECT count(*) FROM {table}")[0][0]) for table in TRACE_TABLES}
             out["running"] = int(self._query("SELECT count(*) FROM turns WHERE outcome = 'running'")[0][0])
         return out

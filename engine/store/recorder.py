@@ -35,8 +35,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Self
 
-import anyio
-
 from engine.errors import TraceStoreError
 from engine.events import Event, ManifestLoaded, TurnFinished, TurnStarted
 from engine.store.backlog import Backlog, HeldBatch, Loss
@@ -45,6 +43,7 @@ from engine.store.codec import ATTEMPT, FINISHED, STARTED
 from engine.store.failures import FailureLog, StoreWriteError
 from engine.store.retention import RetentionPolicy, RetentionSchedule
 from engine.store.store import TraceStore
+from engine.store.waits import PENDING, DeadlineKeeper, DurableWait, Verdict, settle_waits
 from engine.store.writers import HEARTBEAT_S
 
 if TYPE_CHECKING:
@@ -158,6 +157,8 @@ class TraceRecorder(ClosedOnExit):
         self._wake = threading.Event()
         self._force = False
         self._done = threading.Condition()
+        self._waiters: list[DurableWait] = []  # durable turns waiting for a commit (under ``_done``)
+        self._deadlines = DeadlineKeeper(self._expire, durable_timeout_s)
         self._stopping = False
         self._thread: threading.Thread | None = None
 
@@ -172,6 +173,7 @@ class TraceRecorder(ClosedOnExit):
         self._unsubscribe = engine.subscribe(self._sink, direct=True)
         if self.durability == "turn":
             engine.recorder = self
+            self._deadlines.start()
         self._start()
         return self
 
@@ -204,7 +206,8 @@ class TraceRecorder(ClosedOnExit):
                 if self.durability == "turn":
                     self._marks[e.turn_id] = self._enqueued + 1
         self._enqueued += 1
-        if len(queue) >= self.max_batch:
+        if len(queue) >= self.max_batch and not self._wake.is_set():
+            # Once: set on every event (10 a turn with batch durability, 50 concurrent), it contended.
             self._wake.set()
 
     def _versions_in_force(self, engine: Engine) -> None:
@@ -249,41 +252,57 @@ class TraceRecorder(ClosedOnExit):
     async def turn_finished(self, turn_id: str) -> TraceStoreError | None:
         """With durability "turn": None once everything up to the turn's TurnFinished is committed;
         the store's error (SQLite's words) when it cannot be: at once if the store cannot take
-        writes, after ``durable_timeout_s`` if it stays locked."""
+        writes, after ``durable_timeout_s`` if it stays locked. Turns finishing together share a
+        commit; the writer wakes them with one call into their loop (:mod:`engine.store.waits`)."""
         # No mark: a turn id run twice at once; waiting for everything so far is always enough.
         mark = self._marks.pop(turn_id, None) or self._enqueued
         start = self._starts.pop(turn_id, 0)
-        if self._settled >= mark and self._lost_within(start, mark) is None:
+        if self._settled >= mark and not self._lost:
             return None
-        self._wake.set()
-        return await anyio.to_thread.run_sync(self._await_durable, mark, start, abandon_on_cancel=True)
-
-    def _await_durable(self, mark: int, start: int) -> TraceStoreError | None:
-        deadline = time.monotonic() + self.durable_timeout_s
+        waiter = DurableWait(mark, start, time.monotonic() + self.durable_timeout_s, self.store.path)
         with self._done:
-            while True:
-                if (lost := self._lost_within(start, mark)) is not None:
-                    return self._not_durable(f"events lost: {lost}")
-                if self._settled >= mark:
-                    return None
-                failure = self._failure
-                if failure is not None and failure.kind != "locked":
-                    return self._not_durable(failure.problem)
-                if self._thread is None:
-                    return self._not_durable("the recorder stopped before writing it")
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    if failure is not None:
-                        return self._not_durable(f"{failure.problem} (for over {self.durable_timeout_s:g}s)")
-                    return self._not_durable(f"not written within {self.durable_timeout_s:g}s")
-                self._done.wait(left)
+            if waiter.decide(self._verdict(waiter, time.monotonic())):
+                return waiter.problem
+            self._waiters.append(waiter)
+        if not self._wake.is_set():
+            self._wake.set()
+        try:
+            await waiter.wait()
+        finally:
+            if not waiter.done:  # cancelled: nobody waits for it any more
+                with self._done, contextlib.suppress(ValueError):
+                    self._waiters.remove(waiter)
+        return waiter.problem
 
-    def _lost_within(self, start: int, end: int) -> str | None:
-        """Why something in the sequence range [start, end) was lost, if it may have been."""
-        return next((why for lo, hi, why in self._lost if lo < end and start < hi), None)
+    def _verdict(self, wait: DurableWait, now: float) -> Verdict:
+        """Whether a durable wait is over (holding ``_done``): durable, or why not (something in
+        its sequence range [start, mark) may have been lost, the store refuses writes, …)."""
+        lost = next((why for lo, hi, why in self._lost if lo < wait.mark and wait.start < hi), None)
+        if lost is not None:
+            return f"events lost: {lost}"
+        if self._settled >= wait.mark:
+            return None
+        failure = self._failure
+        if failure is not None and failure.kind != "locked":
+            return failure.problem
+        if self._thread is None:
+            return "the recorder stopped before writing it"
+        if now >= wait.deadline:
+            limit = f"{self.durable_timeout_s:g}s"
+            return f"{failure.problem} (for over {limit})" if failure else f"not written within {limit}"
+        return PENDING
 
-    def _not_durable(self, problem: str) -> TraceStoreError:
-        return TraceStoreError(self.store.path, problem, untouched=False)
+    def _expire(self) -> DurableWait | None:  # the deadline keeper's: the oldest wait left
+        with self._done:
+            self._notify()
+            return next(iter(self._waiters), None)
+
+    def _notify(self) -> None:
+        """What waiters wait for changed (holding ``_done``): wake ``flush``, settle the durable waits."""
+        self._done.notify_all()
+        if self._waiters:
+            now, verdict = time.monotonic(), self._verdict
+            self._waiters = settle_waits(self._waiters, lambda wait: verdict(wait, now))
 
     # --- writer side ---------------------------------------------------------------------
 
@@ -398,7 +417,7 @@ class TraceRecorder(ClosedOnExit):
             self._lost.append(
                 (batch.base, batch.end, f"a {type(item).__name__} cannot be written: {problem}")
             )
-            self._done.notify_all()
+            self._notify()
         log.error("trace recorder: dropped a %s that cannot be written: %s", type(item).__name__, problem)
 
     def _refused(self, exc: StoreWriteError) -> None:
@@ -412,7 +431,7 @@ class TraceRecorder(ClosedOnExit):
         )
         with self._done:
             self._failure = exc
-            self._done.notify_all()
+            self._notify()
 
     def _recovered(self) -> None:
         self._failures.recovered(f"; {self._dropped:,} events lost so far" if self._dropped else "")
@@ -420,7 +439,7 @@ class TraceRecorder(ClosedOnExit):
         self._loss_logged = False
         with self._done:
             self._failure = None
-            self._done.notify_all()
+            self._notify()
 
     def _lose(self, loss: Loss) -> None:
         self._dropped += loss.events
@@ -437,12 +456,12 @@ class TraceRecorder(ClosedOnExit):
             self._lost.extend((lo, hi, why) for lo, hi in loss.ranges)
             if loss.settled is not None:
                 self._settled = max(self._settled, loss.settled)
-            self._done.notify_all()
+            self._notify()
 
     def _settle(self, batch: HeldBatch) -> None:
         with self._done:
             self._settled = batch.end
-            self._done.notify_all()
+            self._notify()
 
     def _maintain(self) -> bool:
         """Heartbeat, reconciling and retention, when due and the store takes writes. Returns
@@ -514,7 +533,8 @@ class TraceRecorder(ClosedOnExit):
             thread.join(timeout)
             with self._done:
                 self._thread = None
-                self._done.notify_all()
+                self._notify()
+        self._deadlines.stop(timeout)
         self._abandon()
 
     def _abandon(self) -> None:
@@ -535,7 +555,7 @@ class TraceRecorder(ClosedOnExit):
         with self._done:
             self._lost.append((self._settled, self._enqueued, f"the recorder closed: {problem}"))
             self._settled = self._enqueued
-            self._done.notify_all()
+            self._notify()
 
     @property
     def stats(self) -> RecorderStats:

@@ -108,6 +108,9 @@ class StepResult(NamedTuple):
 class StoreRetention(StoreCore):
     """Removing old turns: all at once (:meth:`prune`) or a step at a time (:meth:`prune_step`)."""
 
+    _compact: bool
+    """Schema 5 or later: ``attempts`` is a view of the events, nothing to delete there."""
+
     def prune(
         self, *, older_than_s: float | None = None, keep: int | None = None, now: float | None = None
     ) -> int:
@@ -195,7 +198,9 @@ class StoreRetention(StoreCore):
                         params,
                     )
                     ids = [r[0] for r in conn.execute("SELECT turn_id FROM temp.doomed")]
-                    for table in ("events", "attempts", "turn_tools"):
+                    for table in (
+                        ("events", "turn_tools") if self._compact else ("events", "attempts", "turn_tools")
+                    ):
                         conn.execute(f"DELETE FROM {table} WHERE turn IN (SELECT id FROM temp.doomed)")
                     conn.execute("DELETE FROM turns WHERE id IN (SELECT id FROM temp.doomed)")
                     conn.execute("DELETE FROM temp.doomed")
@@ -218,7 +223,8 @@ class StoreRetention(StoreCore):
             return 0
         if limit is None:
             removed = conn.execute("DELETE FROM events WHERE turn IS NULL AND at < ?", (cutoff,)).rowcount
-            conn.execute("DELETE FROM attempts WHERE turn IS NULL AND at < ?", (cutoff,))
+            if not self._compact:
+                conn.execute("DELETE FROM attempts WHERE turn IS NULL AND at < ?", (cutoff,))
             return removed
         where, params = ("AND at < ?", [cutoff]) if not oldest else ("", [])
         removed = conn.execute(
@@ -226,10 +232,12 @@ class StoreRetention(StoreCore):
             f" WHERE turn IS NULL {where} ORDER BY at LIMIT ?)",
             [*params, limit],
         ).rowcount
-        conn.execute(
-            f"DELETE FROM attempts WHERE id IN (SELECT id FROM attempts WHERE turn IS NULL {where} LIMIT ?)",
-            [*params, limit],
-        )
+        if not self._compact:
+            conn.execute(
+                "DELETE FROM attempts WHERE id IN"
+                f" (SELECT id FROM attempts WHERE turn IS NULL {where} LIMIT ?)",
+                [*params, limit],
+            )
         return removed
 
 

@@ -7,8 +7,11 @@ transaction (:mod:`engine.store.opening`).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from engine.store.codec import TURN_STARTED_FIELDS, dumps
 
 if TYPE_CHECKING:
     from sqlite_utils import Database
@@ -167,9 +170,69 @@ def _v4(db: Database) -> None:
     db.execute("CREATE INDEX commands_pending ON commands (id) WHERE status = 'pending'")
 
 
-MIGRATIONS: list[Migration] = [_v1, _v2, _v3, _v4]
+# What the ``attempts`` view shows, from the ToolError and CallSucceeded events: the table it
+# replaces held the same columns. A success's fault is its AttemptStarted's.
+ATTEMPTS_VIEW = """CREATE VIEW attempts AS SELECT e.id AS id, e.id AS event_id, e.turn AS turn,
+ coalesce(e.turn_id, (SELECT turn_id FROM turns WHERE turns.id = e.turn)) AS turn_id, e.call_id AS call_id,
+ e.tool_id AS tool_id,
+ CASE WHEN e.event_type = 'ToolError' THEN json_extract(e.data, '$.attempt')
+  ELSE json_extract(e.data, '$.attempts') END AS attempt,
+ CASE WHEN e.event_type = 'ToolError' THEN 'error' WHEN json_extract(e.data, '$.partial') THEN 'partial'
+  ELSE 'ok' END AS outcome,
+ CASE WHEN e.event_type = 'ToolError' THEN json_extract(e.data, '$.kind') END AS kind,
+ CASE WHEN e.event_type = 'ToolError' THEN json_extract(e.data, '$.classification') END AS class,
+ CASE WHEN e.event_type = 'ToolError' THEN json_extract(e.data, '$.status_code') END AS status_code,
+ CASE WHEN e.event_type = 'ToolError' THEN json_extract(e.data, '$.error') END AS message,
+ CASE WHEN e.event_type = 'ToolError' THEN json_extract(e.data, '$.latency_ms')
+  ELSE json_extract(e.data, '$.attempt_ms') END AS latency_ms,
+ CASE WHEN e.event_type = 'ToolError' THEN json_extract(e.data, '$.fault_type')
+  ELSE (SELECT json_extract(s.data, '$.fault_type') FROM events s WHERE s.turn IS e.turn
+   AND s.call_id = e.call_id AND s.tool_id = e.tool_id AND s.event_type = 'AttemptStarted' AND s.id < e.id
+   AND json_extract(s.data, '$.attempt') = json_extract(e.data, '$.attempts') ORDER BY s.id DESC LIMIT 1)
+  END AS fault_type,
+ e.at AS at
+ FROM events e WHERE e.event_type IN ('ToolError', 'CallSucceeded')"""
+
+
+def _v5(db: Database) -> None:
+    """A smaller store: what was stored twice is stored once (see :mod:`engine.store.codec`).
+
+    A TurnStarted event's spec, breakers and manifests stay in its turn's row only (reads put them
+    back); the ``attempts`` table becomes a view of the events it was derived from. Rows written
+    later also leave out the fields at their defaults and, in a turn, the turn id (the turn's row
+    has it); the rows already there keep theirs: rewriting every row would take minutes.
+    """
+    conn = db.conn
+    # Through the turns (events_by_turn): a turn's TurnStarted is its first event, no table scan.
+    started = conn.execute(
+        "SELECT e.id, e.data, t.id, t.spec, t.breakers, t.manifests FROM turns t"
+        " JOIN events e ON e.turn = t.id AND e.event_type = 'TurnStarted'"
+    ).fetchall()
+    for event_id, data, turn, *big in started:
+        texts = [text if text is not None else "null" for text in big]
+        suffix = "".join(f',"{name}":{text}' for name, text in zip(TURN_STARTED_FIELDS, texts, strict=True))
+        if data.endswith(suffix + "}") and len(data) > len(suffix) + 2:  # as every writer since v1 did
+            rest = data[: -len(suffix) - 1] + "}"
+        else:
+            fields: dict[str, Any] = json.loads(data)
+            values = [fields.pop(name, None) for name in TURN_STARTED_FIELDS]
+            if values != [json.loads(text) for text in texts]:  # never expected: the event is the record
+                conn.execute(
+                    "UPDATE turns SET spec = ?, breakers = ?, manifests = ? WHERE id = ?",
+                    (*(dumps(value) for value in values), turn),
+                )
+            rest = dumps(fields)
+        conn.execute("UPDATE events SET data = ? WHERE id = ?", (rest, event_id))
+    conn.execute("DROP TABLE attempts")  # and its index
+    conn.execute(ATTEMPTS_VIEW)
+
+
+MIGRATIONS: list[Migration] = [_v1, _v2, _v3, _v4, _v5]
 """Migration ``i`` takes a store from schema version ``i`` to ``i + 1``; never edit a released one."""
 SCHEMA_VERSION = len(MIGRATIONS)
 """The newest schema's version: what opening migrates a store up to."""
-TABLES = frozenset({"meta", "turns", "turn_tools", "events", "attempts", "manifests", "commands", "writers"})
-"""Every table of the newest schema."""
+TABLES = frozenset({"meta", "turns", "turn_tools", "events", "manifests", "commands", "writers"})
+"""Every table of the newest schema (``attempts`` is a view since schema 5)."""
+COMPACT_SINCE = 5
+"""The schema from which rows are written compact: TurnStarted's big fields and ``attempts`` once,
+defaults and a turn's id left out of event rows (older schemas: only while a test makes one)."""

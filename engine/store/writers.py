@@ -10,6 +10,11 @@ not alive, or now belongs to another process (a different start time), or the ma
 booted since; or, on another host (or in another pid namespace), when its heartbeat is older
 than ``stale_after_s``. A TurnFinished that arrives later (from a
 writer wrongly taken for gone) still overwrites the outcome: nothing is lost either way.
+
+A writer that is gone without having closed the store is also why opening checks the store's
+integrity (:func:`unclean_close`): a clean close sets ``closed_at``. Reconciling closes the writers
+it finds gone, so it leaves a note in ``meta`` (``UNCHECKED``) that the next open checks and a
+read-write open whose check passed removes (:meth:`WriterRegistry.integrity_checked`).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import logging
 import os
 import socket
 import sqlite3
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -136,6 +142,36 @@ def writer_alive(writer: WriterRow, now: float, *, stale_after_s: float = STALE_
     ):
         return False  # this host booted since: every process of the earlier boot is gone
     return now - writer.heartbeat_at < stale_after_s
+
+
+UNCHECKED = "integrity_unchecked"
+"""The ``meta`` key of the note that a writer stopped without closing the store, and no check has
+passed since: its value says which."""
+
+
+def _gone_unclosed(conn: sqlite3.Connection, now: float) -> list[WriterRow]:
+    rows = conn.execute(f"SELECT {_WRITER_COLUMNS} FROM writers WHERE closed_at IS NULL").fetchall()
+    return [w for w in (WriterRow(*r) for r in rows) if not writer_alive(w, now)]
+
+
+def _stopped(writer: WriterRow) -> str:
+    return f"{writer.host} pid {writer.pid}, which wrote into it, stopped without closing it"
+
+
+def unclean_close(conn: sqlite3.Connection) -> str | None:
+    """Why the store's integrity is worth checking as it opens: a writer that is gone without
+    having closed it (SIGKILLed, crashed, its machine stopped), or was found so by an earlier
+    open; None when every writer that is gone closed it. A writer still alive is recording."""
+    try:
+        noted = conn.execute("SELECT value FROM meta WHERE key = ?", (UNCHECKED,)).fetchone()
+        if noted is not None:
+            return str(noted[0])
+        gone = _gone_unclosed(conn, time.time())
+    except sqlite3.Error as exc:
+        if "no such table" in str(exc):
+            return None  # schema 2 and older: opening migrates them, checking first
+        return f"its writers cannot be read: {exc}"
+    return _stopped(gone[0]) if gone else None
 
 
 class WriterRegistry(StoreCore):
@@ -269,6 +305,9 @@ class WriterRegistry(StoreCore):
                         )  # fmt: skip
                         conn.execute("UPDATE writers SET closed_at = ? WHERE id = ? AND closed_at IS NULL",
                                      (now, w.id))  # fmt: skip
+                        # Closed now, but not by itself: the next open checks the store's integrity.
+                        conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?)",
+                                     (UNCHECKED, _stopped(w)))  # fmt: skip
                     count += self._interrupt(
                         "writer IS NULL AND started_at < ?", (now - stale_after_s,),
                         "interrupted: left running by a tripwire that did not record its writer", now,
@@ -284,6 +323,31 @@ class WriterRegistry(StoreCore):
             log.info("trace store %s: %d turn(s) left running by stopped writers marked interrupted",
                      self.path, count)  # fmt: skip
         return count
+
+    def integrity_checked(self) -> None:
+        """The check on opening passed: the writers found gone are closed, the note is removed.
+        Never raises (the next open checks again)."""
+        if self.readonly or not self._has_writers:
+            return
+        now = self._wall_clock()
+        with self._lock:
+            conn = self._conn
+            try:
+                noted = conn.execute("SELECT 1 FROM meta WHERE key = ?", (UNCHECKED,)).fetchone()
+                gone = _gone_unclosed(conn, now)
+                if noted is None and not gone:
+                    return  # nothing to record (a small store is checked on every open)
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    for w in gone:
+                        conn.execute("UPDATE writers SET closed_at = ? WHERE id = ?", (now, w.id))
+                    conn.execute("DELETE FROM meta WHERE key = ?", (UNCHECKED,))
+                    conn.execute("COMMIT")
+                except BaseException:
+                    rollback(conn)
+                    raise
+            except sqlite3.Error as exc:
+                log.warning("trace store %s: could not record its integrity check: %s", self.path, exc)
 
     def interrupt_turns(self, turn_ids: list[str], reason: str) -> int:
         """Finish as ``interrupted`` (with ``reason`` as the summary) those of ``turn_ids`` still

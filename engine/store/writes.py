@@ -1,8 +1,10 @@
-"""Writing to the trace store: events, and the turn rows, tools and attempts they imply.
+"""Writing to the trace store: events, and the turn rows and tools they imply.
 
 A batch is one transaction: the derived rows are inserted with the events they come from, so a
 crash never leaves a half-written turn. The hot path encodes each event with its class's
-generated row function (:mod:`engine.store.codec`) and inserts with ``executemany``.
+generated row function (:mod:`engine.store.codec`) and inserts with ``executemany``. Rows are
+compact since schema 5 (nothing stored twice, see :mod:`engine.store.codec`); into an older
+schema, which only a test makes now, they are written as they were then, attempts included.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from engine.store.codec import (
     FINISHED,
     STARTED,
     SUCCEEDED,
+    TURN_STARTED_FIELDS,
     Codec,
     codec_of,
     dumps,
@@ -42,8 +45,10 @@ class _Pending:
     attempts: list[tuple[Any, ...]] = field(default_factory=list)
     tools: list[tuple[int, str, float]] = field(default_factory=list)
     finished: list[tuple[Any, ...]] = field(default_factory=list)
+    renamed: list[tuple[str, int]] = field(default_factory=list)
+    """(turn id, rowid) of the earlier turns renamed "<id>~<rowid>" by this batch."""
 
-    def flush(self, conn: sqlite3.Connection) -> None:
+    def flush(self, conn: sqlite3.Connection, compact: bool) -> None:
         if self.turns:
             self._insert_turns(conn)
         if self.rows:
@@ -53,6 +58,11 @@ class _Pending:
                 self.rows,
             )
             self.rows.clear()
+        if self.renamed and compact:
+            # Their events read their turn id from the turn's row: they keep the id they were
+            # emitted with, written out now (those of this batch too, hence after the insert).
+            conn.executemany("UPDATE events SET turn_id = ? WHERE turn = ? AND turn_id IS NULL", self.renamed)
+        self.renamed.clear()
         if self.attempts:
             conn.executemany(
                 "INSERT INTO attempts (event_id, turn, turn_id, call_id, tool_id, attempt, outcome, kind,"
@@ -88,6 +98,7 @@ class _Pending:
                 old = conn.execute("SELECT id FROM turns WHERE turn_id = ?", (turn_id,)).fetchone()
                 if old is not None:
                     conn.execute("UPDATE turns SET turn_id = ? WHERE id = ?", (f"{turn_id}~{old[0]}", old[0]))
+                    self.renamed.append((turn_id, old[0]))
                 conn.execute(self.insert_turn, row)
         conn.execute("RELEASE turns")
         self.turns.clear()
@@ -108,7 +119,10 @@ class StoreWrites(WriterRegistry):
     """Writing events, with the turn rows, tools and attempts they imply, one transaction a batch."""
 
     _faults: dict[tuple[Any, ...], str]
-    """The fault injected into each attempt under way, until the attempt concludes."""
+    """The fault injected into each attempt under way, until the attempt concludes (schema 4 and
+    older: the attempts table; since, reads work it out from the turn's events)."""
+    _compact: bool
+    """Schema 5 or later: rows written compact (:mod:`engine.store.codec`)."""
 
     def write(
         self,
@@ -176,6 +190,7 @@ class StoreWrites(WriterRegistry):
         rows, attempts, tools = pending.rows, pending.attempts, pending.tools
         add_row, add_attempt = rows.append, attempts.append
         open_turns, faults, codecs, encode = self._open_turns, self._faults, CODECS, dumps
+        compact = self._compact
         looked_up: dict[str, OpenTurn | None] = {}  # turns this store did not start: found or not
         finished: list[str] = []
         event_id = first_id - 1
@@ -185,8 +200,10 @@ class StoreWrites(WriterRegistry):
             event_id += 1
             if action == STARTED:
                 row: tuple[Any, ...] = self._start_turn(event, codec, pending)  # type: ignore[arg-type]
-            else:
+            elif compact:
                 row = codec.row(event) or codec.slow_row(event)
+            else:
+                row = codec.slow_row(event, compact=False)
             turn_id, call_id, tool_id = row[0], row[1], row[2]
             rowid = None
             if turn_id is not None:
@@ -201,8 +218,11 @@ class StoreWrites(WriterRegistry):
                     if tool_id is not None and tool_id not in turn.tools:
                         turn.tools.add(tool_id)
                         tools.append((rowid, tool_id, turn.started_at))
-            add_row((*row, rowid))
-            if action <= STARTED:
+            if rowid is not None and compact:
+                add_row((None, *row[1:], rowid))  # the turn's row has its id
+            else:
+                add_row((*row, rowid))
+            if action <= STARTED or (compact and action != FINISHED):  # attempts: a view since v5
                 continue
             e: Any = event
             if action == ATTEMPT:
@@ -223,14 +243,16 @@ class StoreWrites(WriterRegistry):
                     (event_id, rowid, turn_id, call_id, tool_id, e.attempts, "partial" if e.partial else "ok",
                      None, None, None, None, e.attempt_ms, fault, e.at)
                 )  # fmt: skip
-            elif action == FINISHED and rowid is not None:  # rowid: the turn, found above
+            elif action == FINISHED:
+                if rowid is None:  # the turn's row is not here
+                    continue
                 pending.finished.append(
                     (e.at, e.duration_ms, e.outcome, e.summary, e.executed, encode(e.statuses), rowid)
                 )
                 # Forgotten after this batch: events after the turn's end (the answers the
                 # model received) may follow in it, and its row is only inserted at the end.
                 finished.append(turn_id)
-        pending.flush(conn)
+        pending.flush(conn, compact)
         for turn_id in finished:
             open_turns.pop(turn_id, None)
         last = conn.execute("SELECT max(id) FROM events").fetchone()[0]
@@ -238,9 +260,10 @@ class StoreWrites(WriterRegistry):
             raise sqlite3.IntegrityError(f"event ids {first_id}..{event_id} were assigned up to {last}")
 
     def _start_turn(self, event: TurnStarted, codec: Codec, pending: _Pending) -> tuple[Any, ...]:
-        """Queue the turn's row; returns the event's row (sharing the big fields' JSON)."""
+        """Queue the turn's row; returns the event's row (schema 5: without the big fields, which
+        only the turn's row holds; before: sharing their JSON)."""
         turn_id = event.turn_id
-        big = {name: dumps(getattr(event, name)) for name in ("spec", "breakers", "manifests")}
+        big = {name: dumps(getattr(event, name)) for name in TURN_STARTED_FIELDS}
         rowid = pending.next_turn
         pending.next_turn += 1
         writer = (self._ensure_writer(),) if self._has_writers else ()
@@ -252,9 +275,10 @@ class StoreWrites(WriterRegistry):
         tools = {str(call["tool"]) for call in spec.get("calls", ()) if "tool" in call}
         pending.tools += [(rowid, tool, event.at) for tool in sorted(tools)]
         self._open_turns[turn_id] = OpenTurn(rowid, event.at, tools)
-        rest = {name: value for name, value in codec.values(event).items() if name not in big}
-        data = dumps(rest)[:-1] + "".join(f',"{name}":{text}' for name, text in big.items()) + "}"
-        return turn_id, None, None, codec.event_type, event.at, event.t, data
+        rest = dumps(codec.values(event, compact=self._compact, skip=TURN_STARTED_FIELDS))
+        if not self._compact:
+            rest = rest[:-1] + "".join(f',"{name}":{text}' for name, text in big.items()) + "}"
+        return turn_id, None, None, codec.event_type, event.at, event.t, rest
 
     def _find_turn(self, turn_id: str) -> OpenTurn | None:
         """A turn started before this store object saw it (another process, a reopened store)."""

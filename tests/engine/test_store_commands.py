@@ -95,17 +95,17 @@ def test_a_v1_store_is_migrated_and_keeps_its_data(tmp_path: Path, monkeypatch: 
         before = v1.counts()
         assert "commands" not in v1.db.table_names()
     monkeypatch.setattr("engine.store.schema.MIGRATIONS", MIGRATIONS)
-    with pytest.raises(TraceStoreError, match="older than 4: open it once read-write to migrate"):
+    with pytest.raises(TraceStoreError, match="older than 5: open it once read-write to migrate"):
         TraceStore(path, readonly=True)
 
     with TraceStore(path) as store:
-        assert store.schema_version == len(MIGRATIONS) == 4
+        assert store.schema_version == len(MIGRATIONS) == 5
         assert store.counts() == {**before, "running": 0}
         assert list(store.events()) == events
         # Left running long ago by a writer that was not recorded (schema 1): finished on opening.
         assert store.load_turn("t1").row.outcome == "interrupted"
         assert store.manifest("d1") == {"timeout_ms": 5}
-        assert store.db.execute("SELECT value FROM meta WHERE key = 'schema_4_at'").fetchone() is not None
+        assert store.db.execute("SELECT value FROM meta WHERE key = 'schema_5_at'").fetchone() is not None
         indexes = {i.name for t in ("commands", "events", "manifests") for i in store.db.table(t).indexes}
         assert {"commands_pending", "events_breaker_transitions", "events_manifest_changes",
                 "manifests_by_tool"} <= indexes  # fmt: skip
@@ -113,7 +113,7 @@ def test_a_v1_store_is_migrated_and_keeps_its_data(tmp_path: Path, monkeypatch: 
         assert states(store)["hotel_search"].breaker.state is BreakerState.FORCED_OPEN
         assert store.submit_command("reset", "hotel_search") == 1
     with TraceStore(path, readonly=True) as reader:
-        assert reader.schema_version == 4
+        assert reader.schema_version == 5
         assert reader.command(1).status == "pending"
 
 
@@ -135,7 +135,7 @@ def test_a_v3_store_is_migrated_to_signed_commands_and_keeps_its_commands(
             v3.db.execute("UPDATE commands SET status = 'refused' WHERE id = 2")
     monkeypatch.setattr("engine.store.schema.MIGRATIONS", MIGRATIONS)
     with TraceStore(path) as store:
-        assert store.schema_version == 4
+        assert store.schema_version == 5
         applied, pending = store.command(1), store.command(2)
         assert (applied.actor, applied.reason, applied.status, applied.result, applied.applied_at) == (
             "operator:alice", "drill", "applied", "FORCED_OPEN", WALL + 0.2

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from engine.errors import TurnNotPersisted
-from engine.events import AttemptFailed, Event, TurnFinished, TurnStarted
+from engine.events import AttemptFailed, Event, ManifestRejected, TurnFinished, TurnStarted
 from engine.store import StoreWriteError, TraceRecorder, TraceStore
 from engine.store.backlog import Backlog, HeldBatch
 from engine.store.failures import FailureLog, write_problem
@@ -30,10 +30,21 @@ real_time = pytest.mark.parametrize("anyio_backend", ["asyncio"])
 
 
 def fill_up(store: TraceStore) -> None:
-    """The store's file may not grow by a page: every write that needs one fails, as on a full disk."""
+    """The store's file may not grow by a page: every write that needs one fails, as on a full disk.
+
+    The room left in its pages is filled too (with events outside turns), as on a full disk: a
+    turn's compact rows (schema 5) could otherwise fit in it."""
     with store._lock:
         pages = store._conn.execute("PRAGMA page_count").fetchone()[0]
         store._conn.execute(f"PRAGMA max_page_count = {pages}")
+    size = 4096
+    while size >= 1:
+        try:
+            store.write(
+                [ManifestRejected(at=WALL, t=0.0, path="filler", errors=("x" * size,), kept_digest=None)]
+            )
+        except StoreWriteError:
+            size //= 2
 
 
 def free_up(store: TraceStore) -> None:
