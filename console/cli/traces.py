@@ -19,6 +19,7 @@ from console.cli.tables import Column, aligned_rows, cli_table
 from console.usage import UsageError, parse_span, parse_when
 from engine.errors import iso_timestamp
 from engine.store import CommandRow, ExportRefused, StoredTurn, TraceStore, TraceStoreError, TurnRow
+from engine.store.opening import file_integrity_problem
 
 REFRESH_BUSY_MS = 200
 """How long a listing waits for a writer's lock before showing the store as it is."""
@@ -216,9 +217,12 @@ def check_command(traces: Path, console: Console, *, full: bool, as_json: bool) 
         with TraceStore(traces, readonly=True, verify=False) as store:
             problem = store.check(full=full)
     except TraceStoreError as exc:
-        if not exc.problem.startswith("corrupt"):
+        if exc.problem.startswith("corrupt"):
+            problem = exc.problem
+        elif " is older than " in exc.problem:  # ours, not yet migrated: check it as it is
+            problem = file_integrity_problem(traces, full=full)
+        else:
             raise  # not a store, locked, unreadable: exit 2 like every command
-        problem = exc.problem
     elapsed_ms = (time.perf_counter() - started) * 1000
     size = traces.stat().st_size
     if as_json:

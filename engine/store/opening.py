@@ -253,6 +253,21 @@ def warranted(path: Path, conn: sqlite3.Connection, version: int, unclean: Uncle
     return unclean(conn) if unclean is not None else None
 
 
+def file_integrity_problem(path: Path, *, full: bool = False) -> str | None:
+    """:func:`integrity_problem` of the file at ``path``, opened read-only whatever its schema
+    version: a check of a store older than this code must not need the migration first."""
+    try:
+        conn = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error as exc:
+        return open_problem(exc, 0)
+    try:
+        return integrity_problem(conn, full=full)
+    except sqlite3.Error as exc:
+        return open_problem(exc, 0)
+    finally:
+        conn.close()
+
+
 def integrity_problem(conn: sqlite3.Connection, *, full: bool = False) -> str | None:
     """``corrupt: <SQLite's first finding>`` on one line, or None when the check finds nothing.
 

@@ -14,6 +14,7 @@ import pytest
 from console.cli import main
 from engine.errors import TraceStoreError
 from engine.store import TraceStore, opening
+from engine.store.schema import MIGRATIONS
 from engine.store.writers import UNCHECKED
 from tests.crash import CrashWorker
 from tests.engine.conftest import WALL
@@ -129,3 +130,17 @@ def test_traces_check_exits_0_when_sound_and_1_with_one_line_when_corrupt(
     assert json.loads(out)["ok"] is False and json.loads(out)["problem"].startswith("corrupt: ")
     assert sha(bad) == before, "a check changes nothing"
     assert main(["traces", "check", "--traces", str(tmp_path / "none.db")]) == 2
+
+
+def test_traces_check_reads_an_older_store_as_it_is_without_migrating_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "v4.db"
+    with monkeypatch.context() as m:
+        m.setattr("engine.store.schema.MIGRATIONS", MIGRATIONS[:4])
+        with TraceStore(path) as v4:
+            assert v4.schema_version == 4
+    before = sha(path)
+    assert main(["traces", "check", "--traces", str(path)]) == 0
+    assert capsys.readouterr().out.startswith(f"ok: {path} (")
+    assert sha(path) == before, "a check changes nothing, not even the schema version"
