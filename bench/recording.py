@@ -32,49 +32,23 @@ import statistics
 import tempfile
 import threading
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import anyio
+from turns import make_turn, tripwire_engine  # the same turns and tools, one definition
 
-from engine import BreakerConfig, Engine, RetryPolicy, ToolCall, ToolManifest, Turn
+from engine import Engine
 from engine.store import TraceRecorder, TraceStore
 
-TOOLS = ("a", "b", "c", "d", "e")
-FAILURE_RATE = 0.2
 MODES = ("unrecorded", "turn", "batch")
 WARMUP = 50
-TURN = Turn(
-    [
-        ToolCall("a", "a"),
-        ToolCall("b", "b"),
-        ToolCall("c", "c"),
-        ToolCall("d", "d", depends_on=("a", "b"), inputs={}),
-        ToolCall("e", "e", depends_on=("c",), inputs={}),
-    ],
-    deadline_s=300,
-)
-
-
-def make_tool(rng: random.Random) -> Callable[..., Awaitable[str]]:
-    async def tool(**_: Any) -> str:
-        if rng.random() < FAILURE_RATE:
-            raise ConnectionResetError("Connection reset by peer")
-        return "ok"
-
-    return tool
+TURN = make_turn("dag", fan=0, length=0)
 
 
 def make_engine(seed: int) -> Engine:
-    policy = RetryPolicy(initial_delay_ms=0, max_delay_ms=0, jitter_percent=0, max_attempts=5)
-    breaker = BreakerConfig(failure_threshold=1_000_000)
-    manifests = [ToolManifest(id=t, retry_policy=policy, circuit_breaker=breaker) for t in TOOLS]
-    engine = Engine(manifests, rng=random.Random(1))
-    rng = random.Random(seed)
-    for name in TOOLS:
-        engine.register(name, make_tool(rng))
-    return engine
+    """bench/turns.py's engine: the same tools, failing 20 % of the time on a seeded draw."""
+    return tripwire_engine(random.Random(seed))
 
 
 async def drive(engine: Engine, turns: int, concurrency: int) -> None:

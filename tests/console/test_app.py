@@ -7,7 +7,7 @@ the console runs one); the views are checked against a scripted link with a froz
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,23 +31,12 @@ from engine.demo import DEMO_TOOLS
 from engine.engine import Engine
 from tests.console import factory as f
 from tests.console.fakes import FakeLink, manifest
+from tests.polling import until
 
 pytestmark = pytest.mark.asyncio
 
 ROOT = Path(__file__).parents[2]
 SIZE = (140, 40)
-
-
-async def until(pilot: Pilot[None], condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    """Wait for something another thread does (a worker, the file watcher), flushing meanwhile."""
-    app = pilot.app
-    assert isinstance(app, ConsoleApp)
-    for _ in range(int(timeout / 0.02)):
-        app.flush()
-        if condition():
-            return
-        await pilot.pause(0.02)
-    raise AssertionError("condition not met in time")
 
 
 # --- a real engine --------------------------------------------------------------------------

@@ -34,18 +34,10 @@ from engine.events import BreakerOpened, BreakerTripped, Event, ManifestLoaded
 from engine.store import TraceRecorder, TraceStore, TraceStoreError
 from engine.store.command_auth import command_origin
 from tests.console import factory as f
+from tests.polling import until, wait_for
 from tests.serving import ROOT, served
 
 SIZE = (140, 40)
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    """Bounded polling for what the link's follower thread does."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.01)
 
 
 ME = command_origin()
@@ -397,18 +389,6 @@ def test_attach_excludes_running_an_engine_of_its_own(capsys: pytest.CaptureFixt
 
 
 # --- end to end: tripwire serve in another process ------------------------------------------
-
-
-async def until(pilot: Pilot[None], condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    """Wait for what another process and the link's thread do, flushing meanwhile."""
-    app = pilot.app
-    assert isinstance(app, ConsoleApp)
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await pilot.pause(0.02)
-        app.flush()
 
 
 async def select(pilot: Pilot[None], tool_id: str) -> None:

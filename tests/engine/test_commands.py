@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from engine.store.operator_commands import (
     serve_operator_commands,
 )
 from tests.engine.conftest import WALL, Scripted, make_engine, recorded
+from tests.polling import wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -331,10 +331,7 @@ def test_a_command_never_raises_into_the_engine(store: TraceStore, monkeypatch: 
 
 
 def until_answered(store: TraceStore, command_id: int, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while store.command(command_id).status == "pending":
-        assert time.monotonic() < deadline, "the engine never answered"
-        time.sleep(0.005)
+    wait_for(lambda: store.command(command_id).status != "pending", "the engine's answer", timeout_s)
 
 
 @HAND_CLOCK

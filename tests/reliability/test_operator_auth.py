@@ -19,7 +19,6 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,17 +26,11 @@ from console.attach import AttachedLink
 from engine.events import BreakerDisabled, BreakerReset, BreakerTripped
 from engine.store import TraceStore
 from engine.store.command_auth import command_origin, sign, signed_content
+from tests.polling import wait_for
 from tests.serving import ROOT, served
 
 DEADLINE_S = 20.0
 ME = command_origin()
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = DEADLINE_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"{what}: not in {timeout:g}s"
-        time.sleep(0.02)
 
 
 def first_line(process: subprocess.Popen[str]) -> str:
@@ -138,7 +131,11 @@ def test_a_served_engine_takes_only_its_key_holders_commands_and_the_audit_lists
                     (reset.id,),
                 )
             refused[reset.id] = f"replayed: command {reset.id} was taken already"
-            wait_for(lambda: all(status(conn, i)[0] != "pending" for i in refused), "every command answered")
+            wait_for(
+                lambda: all(status(conn, i)[0] != "pending" for i in refused),
+                "every command answered",
+                DEADLINE_S,
+            )
             assert {i: status(conn, i) for i in refused} == {
                 i: ("refused", why) for i, why in refused.items()
             }

@@ -1,0 +1,36 @@
+"""Bounded waits on a real clock for what another thread or process does.
+
+Behaviour is checked on virtual time; these only wait for work outside the test's own loop (a
+follower thread, a served engine, a file watcher) and fail with what was awaited when it does
+not come within the bound.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from textual.pilot import Pilot
+
+from console.app import ConsoleApp
+
+
+def wait_for(condition: Callable[[], object], what: str = "condition", timeout: float = 5.0) -> None:
+    """Poll ``condition`` every 10 ms until it holds, for at most ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout:g}s"
+        time.sleep(0.01)
+
+
+async def until(pilot: Pilot[None], condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Flush the console and look, every 20 ms, until ``condition`` holds (at most ``timeout`` s)."""
+    app = pilot.app
+    assert isinstance(app, ConsoleApp)
+    deadline = time.monotonic() + timeout
+    while True:
+        app.flush()
+        if condition():
+            return
+        assert time.monotonic() < deadline, f"condition not met within {timeout:g}s"
+        await pilot.pause(0.02)
