@@ -7,8 +7,13 @@ Textual or Rich.
 The public surface is the names of ``__all__`` below and these subpackages, each with its own
 ``__all__``: :mod:`engine.events` (every event type), :mod:`engine.store` (the trace store and
 its recorder), :mod:`engine.llm` (LLM tool calls), :mod:`engine.faults` (fault plans),
-:mod:`engine.replay` (replaying recorded turns) and :mod:`engine.demo` (the bundled demo
-tools). Every other module is internal — its docstring says so — and may change or move.
+:mod:`engine.replay` (replaying recorded turns), :mod:`engine.demo` (the bundled demo
+tools), :mod:`engine.fleet` (breakers, operator commands and live events shared through Redis,
+extra ``[fleet]``), and the optional integrations, each needing its extra: :mod:`engine.adapters`
+(:mod:`engine.adapters.mcp`, :mod:`engine.adapters.openai_agents`,
+:mod:`engine.adapters.pydantic_ai`, :mod:`engine.adapters.langgraph`) and :mod:`engine.exporters`
+(:mod:`engine.exporters.otel`, :mod:`engine.exporters.prometheus`). Every other module is
+internal — its docstring says so — and may change or move.
 
 Importing ``engine`` loads nothing else: each public name's module is imported the first time the
 name is used (``from engine import Engine`` loads what an engine needs, pydantic among it). The
@@ -77,6 +82,7 @@ if TYPE_CHECKING:
     from engine.outcomes import CallOutcome, CallStatus, TurnResult
     from engine.redaction import RedactionPolicy
     from engine.retry import RetryPlan, RetryPolicy, plan_retry
+    from engine.timeouts import report_progress
     from engine.trace import TurnTrace
     from engine.turn import ToolCall, Turn, TurnError
 
@@ -134,6 +140,7 @@ _HOMES: Final[dict[str, tuple[str, ...]]] = {
     "engine.outcomes": ("CallOutcome", "CallStatus", "TurnResult"),
     "engine.redaction": ("RedactionPolicy",),
     "engine.retry": ("RetryPlan", "RetryPolicy", "plan_retry"),
+    "engine.timeouts": ("report_progress",),
     "engine.trace": ("TurnTrace",),
     "engine.turn": ("ToolCall", "Turn", "TurnError"),
 }
@@ -235,4 +242,5 @@ __all__ = [
     "parse_anthropic_tool_uses",
     "parse_openai_tool_calls",
     "plan_retry",
+    "report_progress",
 ]

@@ -13,6 +13,12 @@ Every operation that changes the state returns the :class:`Transition` it made (
 :class:`Permit` carries the one its admission made): the caller announces it, naming the call
 that caused it. ``on_transition`` also sees every transition, for a breaker used on its own.
 
+A fleet of processes (:mod:`engine.fleet`) shares two decisions through two hooks: ``probe_gate``,
+consulted only once the open period is over (never on a CLOSED breaker's path), says whether
+this process may admit the fleet's one probe; :meth:`CircuitBreaker.fleet_open` and
+:meth:`CircuitBreaker.fleet_close` apply what the fleet decided (a quorum opened the tool, the
+probe's holder saw it succeed or fail).
+
 Internal: import its public names from :mod:`engine`.
 """
 
@@ -113,6 +119,7 @@ class CircuitBreaker:
         "on_transition",
         "opened_at",
         "opens",
+        "probe_gate",
         "probe_in_flight",
         "state",
         "tool_id",
@@ -137,6 +144,10 @@ class CircuitBreaker:
         self.generation = 0
         self._permit = _FIRST_PERMIT
         self._rejection: tuple[int, str] | None = None
+        self.probe_gate: Callable[[], bool] | None = None
+        """Set by a fleet: whether this process may admit the probe now (it holds the fleet's
+        probe lease). While it says no, an open period that is over does not half-open here:
+        the engine's timer (or ``engine.state``) half-opens and announces it."""
 
     # --- admission ---------------------------------------------------------------------
 
@@ -154,8 +165,14 @@ class CircuitBreaker:
             half_open_at = self.half_open_at
             if half_open_at is None or now < half_open_at:
                 return None
+            gate = self.probe_gate
+            if gate is not None and not gate():
+                return None
             half_opened = self.poll(now)
         if self.state is BreakerState.HALF_OPEN and not self.probe_in_flight:
+            gate = self.probe_gate
+            if half_opened is None and gate is not None and not gate():
+                return None
             self.probe_in_flight = True
             return Permit(self.generation, True, half_opened)
         return None
@@ -165,9 +182,11 @@ class CircuitBreaker:
         state = self.state
         if state is BreakerState.CLOSED or state is BreakerState.DISABLED:
             return True
+        gate = self.probe_gate
         if state is BreakerState.OPEN:
-            return self.half_open_at is not None and now >= self.half_open_at
-        return state is BreakerState.HALF_OPEN and not self.probe_in_flight
+            due = self.half_open_at is not None and now >= self.half_open_at
+            return due and (gate is None or gate())
+        return state is BreakerState.HALF_OPEN and not self.probe_in_flight and (gate is None or gate())
 
     def poll(self, now: float) -> Transition | None:
         """Move OPEN to HALF_OPEN if its timer is due (the transition made, or None); the
@@ -259,6 +278,23 @@ class CircuitBreaker:
 
     def disable(self, now: float, *, actor: str, reason: str = "") -> Transition:
         return self._move(BreakerState.DISABLED, now, reason or "disabled by operator", actor)
+
+    # --- the fleet's decisions -----------------------------------------------------------
+
+    def fleet_open(self, now: float, reason: str) -> Transition | None:
+        """Open because the fleet decided so (a quorum of processes opened the tool, or the
+        fleet's probe failed): from CLOSED or HALF_OPEN only; None when nothing changed (already
+        OPEN, or an operator's state, which the fleet never overrides)."""
+        if self.state is BreakerState.CLOSED or self.state is BreakerState.HALF_OPEN:
+            return self._open(now, reason)
+        return None
+
+    def fleet_close(self, now: float, reason: str) -> Transition | None:
+        """Close because the fleet's probe succeeded: from OPEN or HALF_OPEN only; None when
+        nothing changed."""
+        if self.state is BreakerState.OPEN or self.state is BreakerState.HALF_OPEN:
+            return self._move(BreakerState.CLOSED, now, reason)
+        return None
 
     # --- transitions -------------------------------------------------------------------
 

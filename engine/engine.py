@@ -126,6 +126,18 @@ class Engine(CallGuard):
         )
         return fn
 
+    def unregister(self, name: str) -> None:
+        """Retire tool ``name`` (an MCP server withdrew it): later calls are refused as unknown,
+        calls in flight finish; its metrics stay and carry on if the name is registered again."""
+        if self._tools.pop(name, None) is None:
+            raise LookupError(f"tool {name!r} is not registered")
+
+    def available_tools(self) -> list[str]:
+        """The registered tools whose breaker admits a call now, in registration order: the list
+        to offer a model that builds its own (a tool whose breaker is open is left out)."""
+        now = current_time()
+        return [name for name, tool in self._tools.items() if tool.breaker.would_admit(now)]
+
     @property
     def tools(self) -> list[str]:
         return list(self._tools)
@@ -208,6 +220,24 @@ class Engine(CallGuard):
         """Admit every call while still counting failures."""
         breaker = self._tool(tool_id).breaker
         self._transitioned(breaker.disable(current_time(), actor=actor, reason=reason), None, None)
+
+    # --- the fleet's decisions (engine.fleet applies them between calls) -------------------
+
+    def fleet_open(self, tool_id: str, reason: str) -> bool:
+        """Open the breaker because the fleet decided so (announced as ``BreakerOpened`` with
+        ``reason``); False when it was not CLOSED or HALF_OPEN, so nothing changed."""
+        transition = self._tool(tool_id).breaker.fleet_open(current_time(), reason)
+        if transition is not None:
+            self._transitioned(transition, None, None)
+        return transition is not None
+
+    def fleet_close(self, tool_id: str, reason: str) -> bool:
+        """Close the breaker because the fleet's probe succeeded elsewhere (``BreakerClosed``);
+        False when it was not OPEN or HALF_OPEN, so nothing changed."""
+        transition = self._tool(tool_id).breaker.fleet_close(current_time(), reason)
+        if transition is not None:
+            self._transitioned(transition, None, None)
+        return transition is not None
 
     # --- calls, streams and turns --------------------------------------------------------
 

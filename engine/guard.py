@@ -68,7 +68,7 @@ from engine.kinds import ErrorClass, ErrorKind
 from engine.metrics import MetricsRegistry
 from engine.redaction import RedactionPolicy
 from engine.streams import collect, open_stream
-from engine.timeouts import TimeoutSupervisor
+from engine.timeouts import TimeoutSupervisor, enter_idle_window, leave_idle_window, timeout_error
 
 if TYPE_CHECKING:
     from engine.faults import AttemptInjector, InjectedAttempt
@@ -210,6 +210,7 @@ class CallGuard:
         timeouts = self.timeouts
         new_scope = self._new_scope
         timeout_s = manifest.timeout_ms / 1000.0
+        idle_ms = manifest.idle_timeout_ms  # None on the hot path: no idle window
         attempt = 0
         while True:
             attempt += 1
@@ -234,7 +235,9 @@ class CallGuard:
                     bus.emit(event)
             # The attempt, under the tool's timeout: one supervisor watches it while the engine runs.
             error: Exception | None = None
-            if timeouts.running:
+            if idle_ms is not None:  # its own deadline, pushed back by progress (see engine.timeouts)
+                scope, bucket = enter_idle_window(new_scope(), now, idle_ms / 1000.0, cutoff, clock), None
+            elif timeouts.running:
                 scope = new_scope()
                 bucket = timeouts.watch(timeout_s, scope, cutoff)
             else:
@@ -260,6 +263,8 @@ class CallGuard:
             finally:
                 if bucket is not None:
                     timeouts.done(bucket, scope)
+                elif idle_ms is not None:
+                    leave_idle_window()
             now = clock()
             if error is None and not scope.cancelled_caught:
                 transition = breaker.record(permit, AttemptOutcome.SUCCEEDED, now)
@@ -282,8 +287,8 @@ class CallGuard:
 
             if run is None:  # built once the call needs a decision
                 run = CallRun(tool, manifest, args, ctx, call_id, turn_id, trace, start, as_handler(handler))
-            if error is None:  # the deadline cut the attempt off
-                error = self._timed_out(run, attempt, now, timeout_s)
+            if error is None:  # the deadline cut the attempt off (before the hard cutoff: idle)
+                error = self._timed_out(run, attempt, now, idle_ms if scope.deadline < cutoff else None)
             next_step = await self._after_failure(run, permit, error, attempt, attempt_start, now, fault_type)
             if isinstance(next_step, CallResult):
                 return next_step
@@ -312,17 +317,17 @@ class CallGuard:
 
     # --- failed attempts -----------------------------------------------------------------
 
-    def _timed_out(self, run: CallRun, attempt: int, now: float, timeout_s: float) -> TimeoutError:
-        """The error of an attempt its tool's timeout cut off, announced when anyone listens."""
+    def _timed_out(self, run: CallRun, attempt: int, now: float, idle_ms: float | None) -> TimeoutError:
+        """The error of an attempt cut off by its timeout or idle window (``idle_ms``), announced."""
         if run.trace is not None or self._bus.active:
             self.publish(
                 ToolTimedOut(
-                    at=self.wall_clock(), t=now, tool_id=run.tool.name, call_id=run.call_id,
+                    at=self.wall_clock(), t=now, tool_id=run.tool.name, call_id=run.call_id, idle_ms=idle_ms,
                     turn_id=run.turn_id, attempt=attempt, timeout_ms=run.manifest.timeout_ms,
                 ),
                 run.trace,
             )  # fmt: skip
-        return TimeoutError(f"Tool timeout after {timeout_s:g}s")
+        return timeout_error(run.manifest.timeout_ms, idle_ms)
 
     def _failed_attempt(
         self,

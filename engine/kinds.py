@@ -123,8 +123,9 @@ KIND_INFO: dict[ErrorKind, KindInfo] = {
     ErrorKind.MODEL_ERROR: KindInfo(
         True, _P, False, "The model is unknown, invalid or unavailable to this account."
     ),
+    # Not executed: nothing reached the peer, so the request was never sent (a retry is safe).
     ErrorKind.NETWORK_ERROR: KindInfo(
-        True, _T, False, "The peer could not be reached (DNS, refused connection, TLS)."
+        False, _T, False, "The peer could not be reached (DNS, refused connection, TLS): nothing was sent."
     ),
 }
 """Every kind's :class:`KindInfo`: did the tool run, its default class, ambiguity, a description."""

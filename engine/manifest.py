@@ -5,6 +5,7 @@ tool:
   id: flight_search
   side_effect: read_only        # required in every tool file
   timeout_ms: 30000
+  idle_timeout_ms: 5000         # cut off after 5 s without progress (engine.report_progress)
   retry_policy: {initial_delay_ms: 50, max_attempts: 3}
   circuit_breaker: {failure_threshold: 5, timeout_ms: 30000}
   classification: [{status_code: 503, treat_as: permanent}]
@@ -33,7 +34,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from engine.breaker import BreakerConfig
 from engine.classify import ClassificationOverride
@@ -81,6 +82,10 @@ class ToolPolicy(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     timeout_ms: Annotated[float, NOT_BOOL] = Field(default=30_000.0, gt=0, le=DAY_MS)
+    idle_timeout_ms: Annotated[float, NOT_BOOL] | None = Field(default=None, gt=0, le=DAY_MS)
+    """Cut an attempt off after this long without progress (:func:`engine.report_progress`, MCP
+    progress notifications); each report pushes the deadline back, never past ``timeout_ms``.
+    None: no idle window."""
     retry_policy: RetryPolicy = RetryPolicy()
     circuit_breaker: BreakerConfig = BreakerConfig()
     classification: tuple[ClassificationOverride, ...] = ()
@@ -91,6 +96,14 @@ class ToolPolicy(BaseModel):
     """Allow retrying a side-effecting call after an ambiguous failure (timeout, reset)."""
     secret_fields: tuple[SecretField, ...] = ()
     """More field names whose values events never hold (see :mod:`engine.redaction`)."""
+
+    @field_validator("idle_timeout_ms")
+    @classmethod
+    def _idle_below_timeout(cls, value: float | None, info: ValidationInfo) -> float | None:
+        timeout_ms = info.data.get("timeout_ms")
+        if value is not None and timeout_ms is not None and value >= timeout_ms:
+            raise ValueError(f"must be less than timeout_ms ({timeout_ms:g}), the hard cap")
+        return value
 
 
 class ToolManifest(ToolPolicy):
@@ -572,5 +585,7 @@ class ManifestRegistry:
 def _digest_of(manifest: ToolManifest) -> str:
     """Digest of the effective policy (file content plus defaults)."""
     # Without secret_fields when there are none: a manifest's digest did not change when it came.
-    unset = {"secret_fields"} if not manifest.secret_fields else None
-    return hashlib.sha256(manifest.model_dump_json(exclude=unset).encode()).hexdigest()[:12]
+    unset = {"secret_fields"} if not manifest.secret_fields else set()
+    if manifest.idle_timeout_ms is None:  # nor did it when idle windows came
+        unset.add("idle_timeout_ms")
+    return hashlib.sha256(manifest.model_dump_json(exclude=unset or None).encode()).hexdigest()[:12]

@@ -13,16 +13,26 @@ do, not in a task that must first be scheduled (one extra loop pass: p99 1.3-1.4
 asyncio, 1.6-2x on trio under load): on asyncio a ``loop.call_at`` callback, on trio the
 abort callback trio runs as it expires the supervisor's deadline.
 
-Internal: the engine's machinery, no public names.
+An attempt whose manifest sets ``idle_timeout_ms`` is not watched by the supervisor: its deadline
+moves. It runs in an :class:`IdleWindow` (its own scope's deadline, ``idle_timeout_ms`` from the
+last sign of progress, never past the hard cutoff ``timeout_ms`` sets); a tool signals progress
+with :func:`report_progress`, which finds its attempt through a context variable set only for
+such attempts (:func:`enter_idle_window`). Attempts without an idle window pay nothing for it.
+
+Internal: the engine's machinery; :func:`report_progress` is public through :mod:`engine`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import threading
+from collections.abc import Callable
+from contextvars import ContextVar, Token
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import anyio
+import anyio.from_thread
 import anyio.lowlevel
 from anyio import CancelScope
 
@@ -142,3 +152,85 @@ class TimeoutSupervisor:
             if not bucket:
                 del self._buckets[timeout_s]
         return earliest
+
+
+class IdleWindow:
+    """One attempt's idle window: its cancel scope's deadline is ``idle_s`` after the last progress
+    report, never past ``ceiling`` (the attempt's hard cutoff, from the manifest's ``timeout_ms``)."""
+
+    __slots__ = ("ceiling", "clock", "idle_s", "open", "scope", "thread", "token")
+
+    def __init__(
+        self, scope: CancelScope, now: float, idle_s: float, ceiling: float, clock: Callable[[], float]
+    ) -> None:
+        self.scope = scope
+        self.idle_s = idle_s
+        self.ceiling = ceiling
+        self.clock = clock
+        self.open = True
+        """False once the attempt is over: late reports (an SDK callback still queued) do nothing."""
+        self.thread = threading.get_ident()
+        self.token: Token[IdleWindow | None] | None = None
+        scope.deadline = min(now + idle_s, ceiling)
+
+    def push(self) -> None:
+        """Progress now: the deadline moves to ``idle_s`` from now (at most to the ceiling)."""
+        if threading.get_ident() != self.thread:  # a plain tool's worker thread: the scope is the loop's
+            anyio.from_thread.run_sync(self._push)
+        else:
+            self._push()
+
+    def _push(self) -> None:
+        deadline = min(self.clock() + self.idle_s, self.ceiling)
+        if self.open and deadline > self.scope.deadline:
+            self.scope.deadline = deadline
+
+
+_WINDOW: ContextVar[IdleWindow | None] = ContextVar("tripwire_idle_window", default=None)
+"""The running attempt's idle window; set only for the attempts that have one."""
+
+
+def enter_idle_window(
+    scope: CancelScope, now: float, idle_s: float, ceiling: float, clock: Callable[[], float]
+) -> CancelScope:
+    """Make ``scope`` (not entered yet) an attempt's idle window and the current one, until
+    :func:`leave_idle_window`; returns ``scope``."""
+    window = IdleWindow(scope, now, idle_s, ceiling, clock)
+    window.token = _WINDOW.set(window)
+    return scope
+
+
+def leave_idle_window() -> None:
+    """The attempt of the current idle window is over: the window before it is current again."""
+    window = _WINDOW.get()
+    if window is not None and window.token is not None:
+        window.open = False
+        _WINDOW.reset(window.token)
+
+
+def timeout_error(timeout_ms: float, idle_ms: float | None) -> TimeoutError:
+    """The error of an attempt cut off by its timeout, or by its idle window when ``idle_ms``."""
+    if idle_ms is not None:
+        return TimeoutError(f"Tool idle timeout: no progress for {idle_ms / 1000.0:g}s")
+    return TimeoutError(f"Tool timeout after {timeout_ms / 1000.0:g}s")
+
+
+def idle_window() -> IdleWindow | None:
+    """The running attempt's idle window, or None: for adapters whose progress arrives in another
+    task (an SDK's callback), which keep it and call :meth:`IdleWindow.push` there."""
+    return _WINDOW.get()
+
+
+def report_progress() -> bool:
+    """Tell the engine the running tool made progress: the attempt's idle deadline moves back to
+    ``idle_timeout_ms`` from now, never past ``timeout_ms`` (the hard cap).
+
+    Call it from the tool (its task, or the worker thread a plain tool runs in). Returns whether
+    there was an idle window to push: False, and nothing happens, outside an attempt or when the
+    tool's manifest sets no ``idle_timeout_ms``.
+    """
+    window = _WINDOW.get()
+    if window is None or not window.open:
+        return False
+    window.push()
+    return True

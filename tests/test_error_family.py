@@ -42,6 +42,9 @@ OLD_BASES: dict[str, tuple[str, ...]] = {
     "UsageError": ("Exception",),
     "ProjectExists": ("Exception",),
     "WorkloadError": ("Exception",),
+    "MCPNotSent": ("ToolError",),
+    "ToolCallFailed": ("Exception",),
+    "FleetConfigError": ("ValueError",),
 }
 """Each library error's direct bases before the family existed (TripwireError aside)."""
 
@@ -59,6 +62,10 @@ PROVIDER_LOOK_ALIKES = {
     "RemoteProtocolError",
 }
 
+TOOL_SIDE = {"MCPToolError"}
+"""Raised for a tool's own failure (an MCP ``isError`` result), for the classifier to read as any
+tool's error text: not the library's error, so not a TripwireError."""
+
 ISSUES = [ConfigIssue("tools.yaml", 3, "retry_policy", "must be a mapping")]
 BUILDERS: dict[str, Callable[[Any], BaseException]] = {
     "ToolError": lambda cls: cls(ErrorKind.TIMEOUT, "slow", tool_id="search"),
@@ -73,6 +80,8 @@ BUILDERS: dict[str, Callable[[Any], BaseException]] = {
     "StoreWriteError": lambda cls: cls("traces.db", "write failed: disk full", "full"),
     "CommandKeyError": lambda cls: cls("traces.db", "no command key"),
     "ExportRefused": lambda cls: cls("out.jsonl", "exists", remedy="force"),
+    "MCPNotSent": lambda cls: cls("search", "the connection is closed"),
+    "ToolCallFailed": lambda cls: cls("Tool Execution Failed", ToolError(ErrorKind.TIMEOUT, "slow")),
 }
 """How to make each error as the library does; the others take one message."""
 
@@ -93,7 +102,8 @@ def _exception_classes() -> dict[str, type[BaseException]]:
 
 
 CLASSES = _exception_classes()
-FAMILY = {name: cls for name, cls in CLASSES.items() if name not in PROVIDER_LOOK_ALIKES | {"TripwireError"}}
+NOT_OURS = PROVIDER_LOOK_ALIKES | TOOL_SIDE | {"TripwireError"}
+FAMILY = {name: cls for name, cls in CLASSES.items() if name not in NOT_OURS}
 
 
 def _make(cls: type[BaseException]) -> BaseException:
@@ -106,6 +116,8 @@ def test_every_error_is_known_and_the_look_alikes_are_the_providers() -> None:
     for name in PROVIDER_LOOK_ALIKES:
         assert CLASSES[name].__module__.startswith("engine.faults")
         assert not issubclass(CLASSES[name], TripwireError), f"{name} must look like the provider's own"
+    for name in TOOL_SIDE:
+        assert not issubclass(CLASSES[name], TripwireError), f"{name} is the tool's failure, not tripwire's"
 
 
 @pytest.mark.parametrize("name", sorted(OLD_BASES))
@@ -135,7 +147,7 @@ def _without_family_base(cls: type[BaseException], made: dict[type, type]) -> ty
 
 
 @pytest.mark.parametrize("message", ["", "one line", "rate limit exceeded (429)", "connection refused"])
-@pytest.mark.parametrize("name", sorted(set(OLD_BASES) - {"ToolError", "ToolExecutionError"}))
+@pytest.mark.parametrize("name", sorted(set(OLD_BASES) - {"ToolError", "ToolExecutionError", "MCPNotSent"}))
 def test_the_classifier_decides_as_before_the_base(name: str, message: str) -> None:
     cls = FAMILY[name]
     before = _without_family_base(cls, {})

@@ -59,12 +59,34 @@ def fragments() -> list[str]:
     return [block for block in code_blocks("python") if "anyio.run(main)" not in block]
 
 
+def example(marker: str) -> str:
+    """The one runnable example that contains ``marker``."""
+    (found,) = [block for block in runnable_examples() if marker in block]
+    return found
+
+
+RUN_ELSEWHERE = {
+    "from engine.adapters.mcp import": "tests/engine/integrations/test_mcp.py",
+    "from engine.adapters.openai_agents import": "tests/engine/integrations/test_openai_agents.py",
+    "from engine.adapters.pydantic_ai import": "tests/engine/integrations/test_pydantic_ai.py",
+    "from engine.adapters.langgraph import": "tests/engine/integrations/test_langgraph.py",
+    "from engine.exporters.otel import": "tests/engine/integrations/test_otel.py",
+    "from engine.exporters.prometheus import": "tests/engine/integrations/test_prometheus.py",
+}
+"""The adapters' and exporters' examples: each runs in its own test, which also checks README
+shows exactly the code it runs."""
+
+
 def test_every_python_example_is_run_here() -> None:
-    assert (len(runnable_examples()), len(fragments())) == (4, 2)
+    assert (len(runnable_examples()), len(fragments())) == (4 + len(RUN_ELSEWHERE), 2)
+    for marker, where in RUN_ELSEWHERE.items():
+        example(marker)
+        runner = (ROOT / where).read_text(encoding="utf-8")
+        assert "readme_example(" in runner, f"{where} does not run README's example"
 
 
 def test_the_api_example_runs(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    run_example(runnable_examples()[0], monkeypatch)
+    run_example(example('engine.register("flight_search", flight_search)'), monkeypatch)
     out = capsys.readouterr().out
     assert "['SFO-JFK 08:15', 'SFO-JFK 17:40']" in out
     assert "Tool succeeded on retry 3 (flight_search)" in out
@@ -73,7 +95,7 @@ def test_the_api_example_runs(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Ca
 
 
 def test_the_turns_example_runs(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    run_example(runnable_examples()[1], monkeypatch)
+    run_example(example("turn = Turn("), monkeypatch)
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "Completed flight search, hotel search, compare prices and create itinerary."
     assert [line.split()[:2] for line in lines[1:]] == [
@@ -90,7 +112,7 @@ def test_the_trace_store_example_runs(
 ) -> None:
     (tmp_path / "manifests").symlink_to(ROOT / "manifests")
     (tmp_path / "traces").mkdir()
-    run_example(runnable_examples()[2], monkeypatch, cwd=tmp_path)
+    run_example(example("replay matches"), monkeypatch, cwd=tmp_path)
     assert capsys.readouterr().out.splitlines() == ["ok 4 events; replay matches: True"]
     assert (tmp_path / "traces" / "traces.db").stat().st_mode & 0o777 == 0o600
     exported = [
@@ -106,7 +128,7 @@ def test_the_operator_commands_example_runs(
 ) -> None:
     (tmp_path / "manifests").symlink_to(ROOT / "manifests")
     (tmp_path / "traces").mkdir()
-    run_example(runnable_examples()[3], monkeypatch, cwd=tmp_path)
+    run_example(example("serve_operator_commands"), monkeypatch, cwd=tmp_path)
     assert capsys.readouterr().out.splitlines() == ["FORCED_OPEN applied"]
     with TraceStore(tmp_path / "traces" / "traces.db", readonly=True) as store:
         (tripped,) = [e for e in store.events() if isinstance(e, BreakerTripped)]

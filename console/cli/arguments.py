@@ -17,6 +17,7 @@ POLL_MS_MAX = 60_000.0
 WAIT_S_MAX = 3600.0
 """The longest ``breaker trip --wait``: the engine refuses a command valid for longer."""
 WAIT_S_DEFAULT = 5.0
+PORT_MAX = 65_535
 
 
 class Parser(argparse.ArgumentParser):
@@ -105,7 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
         "demo (manifests/demo/live.yaml in a loop), your scenario in a loop, or your own workload. Every "
         "event is recorded in the trace store, and the operator commands of consoles attached to it "
         "(tripwire console --attach DB) are applied when signed with the store's command key, DB.key "
-        "(made owner-only if there is none; --no-commands: none are taken). Runs until Ctrl-C or SIGTERM.",
+        "(made owner-only if there is none; --no-commands: none are taken). With "
+        "--metrics-port it also serves Prometheus metrics at /metrics. Runs until Ctrl-C or SIGTERM.",
     )
     _engine_options(serve, recording="record in and take operator commands from", optional=False)
     _workload_options(serve)
@@ -118,6 +120,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--no-commands", action="store_true", help="take none: attached consoles are read-only"
+    )
+    serve.add_argument(
+        "--metrics-port",
+        type=_port,
+        metavar="PORT",
+        help="serve Prometheus metrics at http://ADDR:PORT/metrics while it runs (0: a free port, printed;"
+        " needs the prometheus extra: pip install 'tripwire[prometheus]')",
+    )
+    serve.add_argument(
+        "--metrics-addr",
+        metavar="ADDR",
+        help="the address the metrics endpoint listens on (default 127.0.0.1: this host only;"
+        " 0.0.0.0: every interface)",
     )
 
     _breaker_commands(commands)
@@ -252,6 +267,17 @@ def _breaker_commands(commands: argparse._SubParsersAction[Parser]) -> None:
             f" expires unapplied (above 0, up to {WAIT_S_MAX:,.0f}; default {WAIT_S_DEFAULT:g})",
         )
         command.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _port(text: str) -> int:
+    """A TCP port number, 0 (the system picks one) to 65535."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= port <= PORT_MAX:
+        raise argparse.ArgumentTypeError(f"a port is from 0 to {PORT_MAX}, got {port}")
+    return port
 
 
 def _attach_option(parser: argparse.ArgumentParser) -> None:

@@ -1,5 +1,6 @@
 """``tripwire serve``: the engine headless, recording to its trace store and applying the operator
-commands of attached consoles, until a signal stops it."""
+commands of attached consoles, until a signal stops it; with ``--metrics-port``, serving its
+Prometheus metrics (:mod:`engine.exporters.prometheus`) for as long."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import argparse
 import shlex
 import signal
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 
@@ -16,6 +19,7 @@ from anyio.abc import TaskStatus
 
 from console.cli.run import warn_refused
 from console.host import Workload, driven_engine
+from console.usage import UsageError
 from engine.engine import Engine
 from engine.errors import one_line
 from engine.locations import bundled_manifests
@@ -25,12 +29,14 @@ from engine.store import RetentionPolicy, TraceRecorder, TraceStore, serve_opera
 def serve_command(args: argparse.Namespace, retention: RetentionPolicy) -> int:
     """The service, until stopped; its exit status (1 when the workload died)."""
     manifests: Path = args.manifests
+    metrics_port: int | None = getattr(args, "metrics_port", None)
+    metrics_addr = _metrics_addr(metrics_port, getattr(args, "metrics_addr", None))
     scenario = args.scenario or bundled_manifests() / "demo" / "live.yaml"
     engine, workload, _ = driven_engine(manifests, scenario=scenario, workload=args.workload, record=True)
     assert workload is not None  # a scenario, when not a workload of yours
     warn_refused(engine)
     try:
-        with TraceStore(args.traces) as store:
+        with _served_metrics(engine, metrics_port, metrics_addr), TraceStore(args.traces) as store:
             # The command key (made beside the store if there is none): a key others may read is
             # refused here, on one line, before anything runs.
             key = None if args.no_commands else store.command_key()
@@ -47,6 +53,45 @@ def serve_command(args: argparse.Namespace, retention: RetentionPolicy) -> int:
                 recorder.close()
     finally:
         engine.close()
+
+
+PROMETHEUS_EXTRA = "pip install 'tripwire[prometheus]'"
+METRICS_ADDR_DEFAULT = "127.0.0.1"
+
+
+def _metrics_addr(port: int | None, addr: str | None) -> str:
+    """Where the metrics endpoint listens; a one-line refusal, before anything starts, when
+    ``--metrics-addr`` comes without a port or the prometheus extra is not installed."""
+    if port is None:
+        if addr is not None:
+            raise UsageError("--metrics-addr needs --metrics-port: the port to serve the metrics on")
+        return METRICS_ADDR_DEFAULT
+    try:
+        import prometheus_client  # noqa: F401 - start-up: loaded only when metrics are served
+    except ImportError:
+        raise UsageError(f"--metrics-port needs the prometheus extra: {PROMETHEUS_EXTRA}") from None
+    return addr if addr is not None else METRICS_ADDR_DEFAULT
+
+
+@contextmanager
+def _served_metrics(engine: Engine, port: int | None, addr: str) -> Iterator[None]:
+    """The engine's Prometheus metrics on the global registry (with the process's own metrics),
+    served at ``http://addr:port/metrics`` for the block; nothing when ``port`` is None."""
+    if port is None:
+        yield
+        return
+    # Start-up: prometheus_client is loaded only by a serve with --metrics-port.
+    from engine.exporters.prometheus import PrometheusMetrics, start_metrics_server
+
+    with PrometheusMetrics(engine) as metrics:
+        try:
+            server = start_metrics_server(metrics, port, addr)
+        except OSError as exc:
+            problem = exc.strerror or str(exc)
+            raise UsageError(f"--metrics-port {port}: cannot listen on {addr}: {problem}") from None
+        with server:
+            print(f"tripwire serve: Prometheus metrics at {server.url}", flush=True)
+            yield
 
 
 async def _run_service(

@@ -249,7 +249,7 @@ _BEFORE_STATUS_SOURCES: list[tuple[str, ErrorKind]] = [
     (r"model[ _]not[ _]found|unknown model|invalid model|unsupported model"
      r"|model \S+ (?:is )?not available", K.MODEL_ERROR),
 ]  # fmt: skip
-EMBEDDED_STATUS = re.compile(r"\((\d{3})\)|\b(?:http|status(?: code)?|error)[ :]+(\d{3})\b")
+EMBEDDED_STATUS = re.compile(r"\((\d{3})\)|\b(?:http|status(?: code)?|error)[ :]+(\d{3})\b", re.IGNORECASE)
 _AFTER_STATUS_SOURCES: list[tuple[str, ErrorKind]] = [
     (r"invalid api[ _-]?key|unauthenticated|unauthori[sz]ed|access denied|forbidden"
      r"|authentication fail|permission denied|invalid credentials|invalid token|expired token",

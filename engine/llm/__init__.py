@@ -13,6 +13,7 @@ also exported by ``engine``). The submodules are internal.
 """
 
 from engine.llm.executor import ToolCallExecutor
+from engine.llm.failure_text import alternative_for, failure_text
 from engine.llm.model_text import (
     CANCELED_ERROR_TYPE,
     DEFAULT_MAX_ERROR_CHARS,
@@ -39,6 +40,8 @@ __all__ = [
     "ToolErrorRegistry",
     "ToolExecutionError",
     "ToolResultItem",
+    "alternative_for",
+    "failure_text",
     "format_tool_error_for_llm",
     "guidance_for",
     "parse_anthropic_tool_uses",

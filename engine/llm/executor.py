@@ -16,12 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from engine.breaker import BreakerState
 from engine.errors import ToolError, TurnNotPersisted, jsonable
 from engine.events import ToolResultSent
 from engine.faults import FaultInjector
-from engine.handler import CALLER_FAULT_KINDS
 from engine.kinds import ErrorKind
+from engine.llm.failure_text import alternative_for
 from engine.llm.model_text import (
     CANCELED_ERROR_TYPE,
     DEFAULT_MAX_ERROR_CHARS,
@@ -48,7 +47,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tripwire.llm")
 
-_OPEN_STATES = (BreakerState.OPEN, BreakerState.FORCED_OPEN)
 _BINDINGS_LIMIT = 4096
 
 
@@ -67,6 +65,7 @@ class ToolCallExecutor:
         secret_fields: Iterable[str] = (),
         max_error_chars: int = DEFAULT_MAX_ERROR_CHARS,
         registry: ToolErrorRegistry | None = None,
+        tools: Collection[str] | None = None,
     ) -> None:
         if deadline_s is not None and not deadline_s > 0:
             raise ValueError(f"deadline_s must be positive or None, got {deadline_s!r}")
@@ -78,6 +77,9 @@ class ToolCallExecutor:
         """The engine's policy, extended by ``secret_fields`` (and, per call, by its tool's manifest)."""
         self.max_error_chars = max_error_chars
         self.registry = registry if registry is not None else ToolErrorRegistry()
+        self.tools = tools
+        """The tools a model may call through this executor (a live collection is read per batch);
+        None: every tool the engine has. Any other name is refused as an unknown tool."""
         self.calls_total = 0
         self.executed_total = 0
         self._bindings: dict[tuple[str, tuple[Any, ...]], str | None] = {}
@@ -117,7 +119,7 @@ class ToolCallExecutor:
             calls = [self._as_faulted(call, turn_id, injector) for call in calls]
         else:
             calls = list(calls)
-        tools = engine.tool_ids
+        tools = engine.tool_ids if self.tools is None else self.tools
         refused: dict[int, tuple[ErrorKind, str]] = {}
         runnable: list[ToolCall] = []
         seen: set[str] = set()
@@ -301,7 +303,7 @@ class ToolCallExecutor:
     ) -> ToolResultItem:
         policy = self._policy(call.name)
         clean = policy.text(message, policy.secrets_in(call.arguments))
-        alternative = self._alternative(call.name, kind, tried)
+        alternative = alternative_for(self.engine, call.name, kind, tried)
         content = format_tool_error_for_llm(
             call.name, error_type, clean, kind=kind, retryable=retryable, alternative=alternative,
             max_chars=self.max_error_chars,
@@ -318,18 +320,3 @@ class ToolCallExecutor:
         return ToolResultItem(
             call.id, call.name, content, True, kind, executed, retryable, alternative, status, error
         )
-
-    def _alternative(self, tool: str, kind: ErrorKind | None, tried: str | None) -> str | None:
-        """The first alternative not yet tried whose breaker is not open, for tool-side failures."""
-        if kind is None or kind in CALLER_FAULT_KINDS:
-            return None
-        engine = self.engine
-        registered = engine.tool_ids
-        if tool not in registered:
-            return None
-        for name in engine.manifest(tool).alternatives:
-            if name in (tool, tried) or name not in registered:
-                continue
-            if engine.state(name) not in _OPEN_STATES:
-                return name
-        return None

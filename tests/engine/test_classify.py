@@ -1321,3 +1321,17 @@ def test_websockets_invalid_status_response_body_is_read() -> None:
     response = Response(429, "Too Many Requests", Headers(), json_bytes(OPENAI_QUOTA_BODY))
     c = classify(InvalidStatus(response))
     assert (c.kind, c.error_class, c.rule, c.status_code) == (K.QUOTA_EXCEEDED, P, Rule.BODY_TYPE, 429)
+
+
+@pytest.mark.parametrize(
+    ("message", "kind", "status"),
+    [
+        ("HTTP 503", K.SERVICE_UNAVAILABLE, 503),  # an MCP isError text, as servers write it
+        ("Status Code: 429", K.RATE_LIMIT, 429),
+        ("ERROR 404", K.NOT_FOUND, 404),
+        ("http 503", K.SERVICE_UNAVAILABLE, 503),
+    ],
+)
+def test_a_status_named_in_a_message_is_read_in_any_case(message: str, kind: ErrorKind, status: int) -> None:
+    c = classify(RuntimeError(message))
+    assert (c.kind, c.status_code) == (kind, status), c.reason

@@ -916,3 +916,30 @@ async def test_a_scenarios_model_turn_runs_through_the_executor(tmp_path: Any) -
         scenario_files.ScenarioError, match="a model turn's calls cannot depend on each other"
     ):
         scenario_files.load_scenario(path)
+
+
+async def test_an_executor_limited_to_some_tools_refuses_the_others_as_unknown_and_never_runs_them() -> None:
+    engine = await new_engine()
+    ran: list[str] = []
+
+    async def search(q: str) -> str:
+        ran.append("search")
+        return q
+
+    async def delete_all() -> str:
+        ran.append("delete_all")
+        return "gone"
+
+    engine.register("search", search)
+    engine.register("delete_all", delete_all)
+    executor = ToolCallExecutor(engine, tools={"search"})
+    message = {
+        "tool_calls": [
+            {"id": "1", "type": "function", "function": {"name": "search", "arguments": '{"q": "x"}'}},
+            {"id": "2", "type": "function", "function": {"name": "delete_all", "arguments": "{}"}},
+        ]
+    }
+    answers = await executor.run_openai(message)
+    assert answers[0]["content"] == "x"
+    assert "unknown tool 'delete_all'; available tools: search" in answers[1]["content"]
+    assert ran == ["search"]

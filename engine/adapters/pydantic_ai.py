@@ -1,0 +1,207 @@
+"""pydantic-ai under tripwire: :class:`GuardedToolset` guards every tool of a pydantic-ai toolset.
+
+Needs the ``[pydantic-ai]`` extra (``pip install 'tripwire[pydantic-ai]'``, pydantic-ai-slim ≥ 1.0);
+import it by name (``from engine.adapters.pydantic_ai import GuardedToolset``): ``import engine``
+never imports pydantic-ai.
+
+Wrap any toolset — a ``FunctionToolset``, an MCP server, a prefixed or filtered one — and give the
+wrapper to the ``Agent``. Each of its tools is registered in the engine under its own name, so the
+tool's manifest (timeout, retries, breaker, alternatives, secret fields) applies, and every call
+the model makes is one guarded call (:meth:`engine.Engine.try_call`) whose guarded function is the
+wrapped toolset's ``call_tool``. What the model gets back:
+
+- a value (or a partial result): the tool's return, as without tripwire;
+- a failure of a kind in ``retry_kinds`` (``invalid_parameters`` by default: the arguments were
+  wrong, seed 004's router case): ``ModelRetry`` with the seed-003 text, so the model fixes the
+  arguments and calls again (it uses the tool's pydantic-ai retry budget, as any bad call does);
+- any other final failure — transient ones the engine already retried, permanent ones, a call
+  refused by an open breaker: ``ToolFailed`` with the seed-003 text.
+  ``ToolFailed`` is pydantic-ai's channel for a failed call the model sees and adapts to: the
+  result is marked ``outcome='failed'`` (not a success whose text happens to describe an error),
+  it does not consume the retry budget (the engine has already decided about retrying; an
+  exhausted budget would end the whole run with ``UnexpectedModelBehavior``), and the run
+  carries on. Raising the engine's ``ToolError`` instead would end the run.
+
+The text is :func:`engine.llm.format_tool_error_for_llm`'s, with the message redacted by the
+engine's policy and the tool manifest's ``secret_fields``, as :class:`engine.ToolCallExecutor`
+answers an LLM.
+
+pydantic-ai's own signals raised by a tool (``ModelRetry``, ``ToolFailed``, ``CallDeferred``,
+``ApprovalRequired``) are the tool's answer, not its failure: never retried, never counted against
+the breaker (recorded as permanent: ``invalid_parameters`` for ``ModelRetry``, ``canceled`` —
+not run here — for a deferral), and passed on to pydantic-ai unchanged.
+
+Each run step, the toolset leaves out the tools whose breaker does not admit a call
+(:meth:`engine.Engine.available_tools`): a tool whose breaker is open is not offered to the
+model, and is offered again once the breaker half-opens.
+
+When the engine routes a failing call to an alternative tool of the manifest, the alternative
+must be a tool of the same wrapped toolset; it receives the same arguments.
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any, Final
+from weakref import WeakKeyDictionary
+
+from pydantic_ai.exceptions import ApprovalRequired, CallDeferred, ModelRetry, ToolFailed
+from pydantic_ai.tools import AgentDepsT, RunContext
+from pydantic_ai.toolsets import AbstractToolset, ToolsetTool, WrapperToolset
+
+from engine.classify import Classification, Rule
+from engine.engine import Engine
+from engine.errors import ToolError
+from engine.kinds import ErrorClass, ErrorKind
+from engine.llm import DEFAULT_MAX_ERROR_CHARS, MIN_ERROR_CHARS, failure_text
+
+__all__ = ["DEFAULT_RETRY_KINDS", "GuardedToolset"]
+
+DEFAULT_RETRY_KINDS: Final = frozenset({ErrorKind.INVALID_PARAMETERS})
+"""The failures that become ``ModelRetry``: the model's arguments were wrong and it can fix them."""
+
+_SIGNALS: Final = (ModelRetry, ToolFailed, CallDeferred, ApprovalRequired)
+
+_Call = tuple[AbstractToolset[Any], RunContext[Any], str, ToolsetTool[Any]]
+_CURRENT: ContextVar[_Call] = ContextVar("tripwire_pydantic_ai_call")
+"""The call in progress: the wrapped toolset, the run context, the tool's name and its ToolsetTool.
+The engine awaits a tool in the caller's task (retries too), so the relay finds it here."""
+
+_RELAYS: WeakKeyDictionary[Engine, dict[str, _Relay]] = WeakKeyDictionary()
+"""The tools each engine guards for pydantic-ai toolsets, by name: shared by every wrapper of an
+engine (a relay holds no toolset, so two wrappers of the same tool name share it safely)."""
+
+
+class _Relay:
+    """The function the engine guards for one tool: the wrapped toolset's ``call_tool``."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    async def __call__(self, **tool_args: Any) -> Any:
+        try:
+            toolset, ctx, name, tool = _CURRENT.get()
+        except LookupError:
+            raise ToolError(
+                ErrorKind.NOT_PERMITTED,
+                f"tool {self.name!r} runs through its pydantic-ai toolset (GuardedToolset.call_tool), "
+                "not directly",
+                tool_id=self.name,
+            ) from None
+        if name != self.name:  # the engine routed the call to this alternative
+            alternative = (await toolset.get_tools(ctx)).get(self.name)
+            if alternative is None:
+                raise ToolError(
+                    ErrorKind.UNKNOWN_TOOL,
+                    f"alternative {self.name!r} is not a tool of the toolset that has {name!r}",
+                    tool_id=self.name,
+                )
+            tool = alternative
+        try:
+            return await toolset.call_tool(self.name, tool_args, ctx, tool)
+        except _SIGNALS as signal:
+            raise _answered(self.name, signal) from signal
+
+
+def _answered(name: str, signal: Exception) -> ToolError:
+    """A pydantic-ai signal as the engine records it: permanent, so never retried nor counted."""
+    if isinstance(signal, ModelRetry):
+        kind, why = ErrorKind.INVALID_PARAMETERS, "the tool asked the model to fix its call (ModelRetry)"
+    elif isinstance(signal, ToolFailed):
+        kind, why = ErrorKind.EXECUTION_ERROR, "the tool reported a terminal failure (ToolFailed)"
+    else:
+        kind, why = ErrorKind.CANCELED, f"the tool deferred the call ({type(signal).__name__}): not run here"
+    message = getattr(signal, "message", None) or why
+    classification = Classification(
+        kind, ErrorClass.PERMANENT, False, Rule.TOOL_ERROR, f"pydantic-ai signal: {why}",
+        error_type=type(signal).__name__,
+    )  # fmt: skip
+    return ToolError(kind, message, tool_id=name, original_error=signal, classification=classification)
+
+
+def _signal_in(error: BaseException) -> BaseException | None:
+    """The pydantic-ai signal a tool raised, at the root of the engine's error, or None."""
+    link: BaseException | None = error
+    while isinstance(link, ToolError):
+        link = link.original_error
+    return link if isinstance(link, _SIGNALS) else None
+
+
+@dataclass
+class GuardedToolset(WrapperToolset[AgentDepsT]):
+    """A pydantic-ai toolset whose every tool call is a guarded call of ``engine``.
+
+    ``GuardedToolset(toolset, engine)``; give it to ``Agent(toolsets=[...])``. Tools are registered
+    in the engine by name the first time the toolset lists them (a name the engine already has
+    from elsewhere is refused: wrap the toolset in a ``PrefixedToolset``). Failures reach the model
+    as the seed-003 text: ``ModelRetry`` for the kinds in ``retry_kinds``, ``ToolFailed`` for the
+    rest (see the module's docstring); ``max_error_chars`` caps that text.
+    """
+
+    engine: Engine
+    retry_kinds: frozenset[ErrorKind] = DEFAULT_RETRY_KINDS
+    max_error_chars: int = DEFAULT_MAX_ERROR_CHARS
+    _relays: dict[str, _Relay] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.max_error_chars < MIN_ERROR_CHARS:
+            raise ValueError(
+                f"max_error_chars must be at least {MIN_ERROR_CHARS}, got {self.max_error_chars}"
+            )
+        self._relays = _RELAYS.setdefault(self.engine, {})
+
+    async def get_tools(self, ctx: RunContext[AgentDepsT]) -> dict[str, ToolsetTool[AgentDepsT]]:
+        """The wrapped toolset's tools whose breaker admits a call now (each registered in the engine)."""
+        tools = await self.wrapped.get_tools(ctx)
+        for name in tools:
+            self.guard(name)
+        admitted = set(self.engine.available_tools())
+        return {name: tool for name, tool in tools.items() if name in admitted}
+
+    async def call_tool(
+        self, name: str, tool_args: dict[str, Any], ctx: RunContext[AgentDepsT], tool: ToolsetTool[AgentDepsT]
+    ) -> Any:
+        """One guarded call of the wrapped toolset's tool: its value, or ``ModelRetry``/``ToolFailed``."""
+        engine = self.engine
+        if name not in self._relays or name not in engine.tool_ids:
+            self.guard(name)
+        token = _CURRENT.set((self.wrapped, ctx, name, tool))
+        try:
+            result = await engine.try_call(name, **tool_args)
+        finally:
+            _CURRENT.reset(token)
+        error = result.error
+        if error is None or result.partial:
+            return result.value
+        raise self.for_model(name, tool_args, error, result.served_by) from error
+
+    def guard(self, name: str) -> None:
+        """Register tool ``name`` in the engine (once; again after an ``engine.unregister``)."""
+        engine = self.engine
+        if name in engine.tool_ids:
+            if name in self._relays:
+                return
+            raise ValueError(
+                f"tool {name!r} is already registered in the engine by something other than a "
+                "GuardedToolset: rename one of them (a pydantic-ai PrefixedToolset adds a prefix)"
+            )
+        relay = _Relay(name)
+        engine.register(name, relay)
+        self._relays[name] = relay
+
+    def for_model(
+        self, name: str, tool_args: dict[str, Any], error: ToolError, served_by: str | None = None
+    ) -> Exception:
+        """What a failed call raises to pydantic-ai: the tool's own signal, else ``ModelRetry`` or
+        ``ToolFailed`` with the seed-003 text (redacted, capped, with guidance and any alternative)."""
+        signal = _signal_in(error)
+        if signal is not None:
+            assert isinstance(signal, Exception)
+            return signal
+        text = failure_text(
+            self.engine, name, error, arguments=tool_args, served_by=served_by, max_chars=self.max_error_chars
+        )
+        return ModelRetry(text) if error.kind in self.retry_kinds else ToolFailed(text)

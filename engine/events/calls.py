@@ -1,0 +1,191 @@
+"""Internal: the events of one call of one tool (attempts, outcomes, alternatives, answers to
+the model). Import them from :mod:`engine.events`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from engine.breaker import BreakerState
+from engine.events.base import Event
+from engine.kinds import ErrorClass, ErrorKind
+
+
+@dataclass(slots=True, kw_only=True)
+class ToolEvent(Event, abstract=True):
+    """Something that happened to one call of one tool."""
+
+    tool_id: str
+    call_id: str
+    turn_id: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class AttemptStarted(ToolEvent):
+    """An attempt began, with the deadline at which it will be cut off."""
+
+    attempt: int
+    timeout_ms: float
+    deadline: float
+    """Engine time at which this attempt is cut off: its timeout or the turn's deadline."""
+    probe: bool = False
+    fault_type: str | None = None
+    """Set when a fault plan injected this attempt's behaviour."""
+
+    def describe(self) -> str:
+        probe = " (half-open probe)" if self.probe else ""
+        return f"{self.tool_id} attempt {self.attempt} started{probe}"
+
+
+@dataclass(slots=True, kw_only=True)
+class ToolTimedOut(ToolEvent, event_type="ToolTimeout"):
+    """An attempt hit the tool's timeout and was terminated."""
+
+    attempt: int
+    timeout_ms: float
+    idle_ms: float | None = None
+    """The idle window that ran out (no progress for that long); None: the hard timeout."""
+
+    def describe(self) -> str:
+        if self.idle_ms is not None:
+            idle_s = self.idle_ms / 1000
+            return f"Tool idle for {idle_s:g}s without progress ({self.tool_id}, attempt {self.attempt})"
+        return f"Tool timeout after {self.timeout_ms / 1000:g}s ({self.tool_id}, attempt {self.attempt})"
+
+
+@dataclass(slots=True, kw_only=True)
+class AttemptFailed(ToolEvent, event_type="ToolError"):
+    """One failed attempt and what was decided about it (spec-map trace.decisions)."""
+
+    attempt: int
+    error: str
+    error_type: str
+    kind: ErrorKind
+    classification: ErrorClass
+    rule: str
+    reason: str
+    status_code: int | None
+    circuit_breaker_state: BreakerState
+    retry_count: int
+    """Retries made before this attempt (0 for the first)."""
+    decision: str
+    decision_reason: str
+    delay_ms: float | None = None
+    latency_ms: float = 0.0
+    fault_type: str | None = None
+    retryable: bool = True
+    retry_after_s: float | None = None
+    has_partial: bool = False
+    """The error carried what the tool returned before failing (a partial result)."""
+    consecutive_failures: int | None = None
+    """The breaker's streak of transient failures once this attempt was counted."""
+
+    def describe(self) -> str:
+        return (
+            f"{self.tool_id} attempt {self.attempt} failed: {self.error} "
+            f"[{self.kind}, {self.classification}] → {self.decision}: {self.decision_reason}"
+        )
+
+
+@dataclass(slots=True, kw_only=True)
+class CallSucceeded(ToolEvent):
+    """The call returned a value ("Tool succeeded on retry 2"), or kept a partial one."""
+
+    attempts: int
+    latency_ms: float
+    """From the call's start, retries included."""
+    partial: bool = False
+    attempt_ms: float = 0.0
+    """The successful attempt's own duration."""
+    value: Any = None
+    """The result, JSON-safe and redacted (see :mod:`engine.redaction`), when the engine records
+    (``Engine(record=True)``)."""
+
+    def describe(self) -> str:
+        if self.partial:
+            return f"{self.tool_id} kept a partial result after {self.attempts} attempt(s)"
+        if self.attempts > 1:
+            return f"Tool succeeded on retry {self.attempts} ({self.tool_id})"
+        return f"{self.tool_id} succeeded in {self.latency_ms:.1f} ms"
+
+
+@dataclass(slots=True, kw_only=True)
+class CallFailed(ToolEvent):
+    """The call ended in a ToolError: permanent, out of retries, short-circuited or unknown."""
+
+    attempts: int
+    kind: ErrorKind
+    classification: ErrorClass
+    error: str
+    reason: str
+    latency_ms: float
+    decision: str = "escalate"
+
+    def describe(self) -> str:
+        attempts = f"{self.attempts} attempt(s)"
+        return f"{self.tool_id} failed after {attempts}: {self.error} → {self.decision} ({self.reason})"
+
+
+@dataclass(slots=True, kw_only=True)
+class CallRejected(ToolEvent):
+    """Short-circuited by the breaker: no attempt was made."""
+
+    state: BreakerState
+    reason: str
+
+    def describe(self) -> str:
+        return f"{self.tool_id} rejected: {self.reason}"
+
+
+@dataclass(slots=True, kw_only=True)
+class StreamEnded(ToolEvent):
+    """A streaming call ended: ``completed``, ``abandoned`` by its consumer, or ``truncated``."""
+
+    outcome: str
+    chunks: int
+    error: str | None = None
+    kind: ErrorKind | None = None
+
+    def describe(self) -> str:
+        cause = f": {self.error}" if self.error else ""
+        return f"{self.tool_id} stream {self.outcome} after {self.chunks} chunk(s){cause}"
+
+
+@dataclass(slots=True, kw_only=True)
+class AlternativeUsed(ToolEvent):
+    """The handler routed the call to an alternative tool ("Used alternative tool")."""
+
+    alternative: str
+    reason: str
+
+    def describe(self) -> str:
+        return f"Used alternative tool {self.alternative} for {self.tool_id} ({self.reason})"
+
+
+@dataclass(slots=True, kw_only=True)
+class HandlerFailed(ToolEvent):
+    """A custom error handler raised; the default decision was applied instead."""
+
+    error: str
+    fallback: str
+
+    def describe(self) -> str:
+        return f"error handler failed for {self.tool_id}: {self.error}; applied default: {self.fallback}"
+
+
+@dataclass(slots=True, kw_only=True)
+class ToolResultSent(ToolEvent):
+    """The LLM executor answered a tool call: the exact text the model received."""
+
+    content: str
+    """An error's text exactly as the model got it (redacted, capped); a result's text made from the
+    result redacted — the model itself gets the tool's own result."""
+    is_error: bool
+    status: str
+    """A call status, or ``not_run`` when the executor refused the call."""
+    error_type: str | None = None
+    kind: ErrorKind | None = None
+
+    def describe(self) -> str:
+        verdict = "an error" if self.is_error else "a result"
+        return f"the model received {verdict} for {self.call_id} ({self.tool_id}, {len(self.content)} chars)"

@@ -1,0 +1,236 @@
+"""How the OpenTelemetry exporter makes spans, once it knows everything about them.
+
+Needs the ``[otel]`` extra (``pip install 'tripwire[otel]'``). Used by
+:mod:`engine.exporters.otel`, which rebuilds spans from engine events after the fact, off the
+call's hot path. Two ways:
+
+* :class:`DirectSpans`, for the SDK's ``TracerProvider``: a finished ``ReadableSpan`` is built in
+  one go and handed to the provider's span processors (``on_end``: what ``BatchSpanProcessor``
+  and ``SimpleSpanProcessor`` export), honouring its sampler, id generator and resource. About
+  2 µs a span, where ``tracer.start_span`` + ``end`` costs about 16 µs (measured, SDK 1.45).
+  Processors' ``on_start`` is not called: the span is complete when it is made.
+* :class:`TracerSpans`, for any other implementation of the API: ``tracer.start_span`` with the
+  event's time, events added, ``end`` with the event's time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from random import getrandbits
+from typing import Any
+
+from opentelemetry import trace as trace_api
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import Event as SpanEvent
+from opentelemetry.sdk.trace import ReadableSpan, Tracer
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON, DEFAULT_ON, Decision
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanContext, SpanKind, Status, TraceFlags
+from opentelemetry.util.types import AttributeValue
+
+Attributes = Mapping[str, AttributeValue]
+SpanEventData = tuple[str, int, Attributes]
+"""A span event as the exporter collects it: name, time (ns since the epoch), attributes."""
+
+_INTERNAL = SpanKind.INTERNAL
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+_SAMPLED_RANDOM = TraceFlags(TraceFlags.SAMPLED | TraceFlags.RANDOM_TRACE_ID)
+_NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
+_NOT_SAMPLED_RANDOM = TraceFlags(TraceFlags.RANDOM_TRACE_ID)
+
+
+@dataclass(slots=True)
+class StartedSpan:
+    """A span whose start is known: its context (children need it) and what ending it needs."""
+
+    name: str
+    context: SpanContext
+    parent: SpanContext | None
+    start_ns: int
+    recording: bool
+    live: trace_api.Span | None = None
+    """The API's span, on the tracer path."""
+
+
+class SpanMaker:
+    """Starts and ends spans for the exporter; see the module docstring for the two ways."""
+
+    def start(self, name: str, parent: SpanContext | None, start_ns: int) -> StartedSpan:
+        """A span named ``name`` from ``start_ns``, child of ``parent`` (a root when None or invalid)."""
+        raise NotImplementedError
+
+    def end(
+        self,
+        span: StartedSpan,
+        end_ns: int,
+        attributes: Attributes,
+        events: Sequence[SpanEventData],
+        status: Status,
+    ) -> None:
+        """End ``span`` at ``end_ns`` with its attributes, events and status."""
+        raise NotImplementedError
+
+    def emit(
+        self,
+        name: str,
+        parent: SpanContext | None,
+        start_ns: int,
+        end_ns: int,
+        attributes: Attributes,
+        events: Sequence[SpanEventData],
+        status: Status,
+    ) -> None:
+        """A span whose start and end are both known: made in one go."""
+        self.end(self.start(name, parent, start_ns), end_ns, attributes, events, status)
+
+    def force_flush(self, timeout_millis: int) -> bool:
+        """Push what the processors hold to their exporters."""
+        return True
+
+
+class DirectSpans(SpanMaker):
+    """Finished SDK spans straight to the provider's span processors."""
+
+    def __init__(self, tracer: Tracer, scope: InstrumentationScope) -> None:
+        self.processor = tracer.span_processor
+        self.resource = tracer.resource
+        self.sampler = tracer.sampler
+        self.ids = tracer.id_generator
+        self.scope = scope
+        # The SDK's default generator draws from ``random``: so do we, without two calls a span.
+        self._random_ids = type(self.ids) is RandomIdGenerator
+
+    def _context(self, name: str, parent: SpanContext | None) -> tuple[SpanContext, SpanContext | None, bool]:
+        """The new span's context, its parent (None for a root) and whether it records."""
+        ids = self.ids
+        if parent is not None and parent.is_valid:
+            trace_id = parent.trace_id
+            random_trace_id = parent.trace_flags.random_trace_id
+            trace_state = parent.trace_state
+        else:
+            parent, trace_state = None, None
+            trace_id = ids.generate_trace_id()
+            random_trace_id = self._random_ids or ids.is_trace_id_random()
+        sampler = self.sampler
+        if sampler is DEFAULT_ON or sampler is ALWAYS_ON:  # the SDK's default: decided without a call
+            recording = sampled = parent is None or sampler is ALWAYS_ON or parent.trace_flags.sampled
+        else:
+            parent_context = Context()
+            if parent is not None:
+                parent_context = trace_api.set_span_in_context(trace_api.NonRecordingSpan(parent))
+            result = sampler.should_sample(parent_context, trace_id, name, _INTERNAL)
+            decision = result.decision
+            recording = decision in (Decision.RECORD_ONLY, Decision.RECORD_AND_SAMPLE)
+            sampled = decision is Decision.RECORD_AND_SAMPLE
+            trace_state = result.trace_state
+        if sampled:
+            flags = _SAMPLED_RANDOM if random_trace_id else _SAMPLED
+        else:
+            flags = _NOT_SAMPLED_RANDOM if random_trace_id else _NOT_SAMPLED
+        span_id = (getrandbits(64) or ids.generate_span_id()) if self._random_ids else ids.generate_span_id()
+        return SpanContext(trace_id, span_id, False, flags, trace_state), parent, recording
+
+    def start(self, name: str, parent: SpanContext | None, start_ns: int) -> StartedSpan:
+        context, parent, recording = self._context(name, parent)
+        return StartedSpan(name, context, parent, start_ns, recording)
+
+    def emit(
+        self,
+        name: str,
+        parent: SpanContext | None,
+        start_ns: int,
+        end_ns: int,
+        attributes: Attributes,
+        events: Sequence[SpanEventData],
+        status: Status,
+    ) -> None:
+        context, parent, recording = self._context(name, parent)
+        if recording:
+            self._on_end(name, context, parent, start_ns, end_ns, attributes, events, status)
+
+    def _on_end(
+        self,
+        name: str,
+        context: SpanContext,
+        parent: SpanContext | None,
+        start_ns: int,
+        end_ns: int,
+        attributes: Attributes,
+        events: Sequence[SpanEventData],
+        status: Status,
+    ) -> None:
+        span = ReadableSpan(
+            name, context, parent, self.resource, attributes,
+            [SpanEvent(label, attrs, at) for label, at, attrs in events] if events else (),
+            (), _INTERNAL, None, status, start_ns, max(end_ns, start_ns), self.scope,
+        )  # fmt: skip
+        self.processor.on_end(span)
+
+    def end(
+        self,
+        span: StartedSpan,
+        end_ns: int,
+        attributes: Attributes,
+        events: Sequence[SpanEventData],
+        status: Status,
+    ) -> None:
+        if span.recording:
+            self._on_end(
+                span.name, span.context, span.parent, span.start_ns, end_ns, attributes, events, status
+            )
+
+    def force_flush(self, timeout_millis: int) -> bool:
+        return self.processor.force_flush(timeout_millis)
+
+
+class TracerSpans(SpanMaker):
+    """Spans through the API's tracer: works with any OpenTelemetry implementation."""
+
+    def __init__(self, tracer: trace_api.Tracer, provider: Any) -> None:
+        self.tracer = tracer
+        self.provider = provider
+
+    def start(self, name: str, parent: SpanContext | None, start_ns: int) -> StartedSpan:
+        # An explicit context: never the worker thread's current one.
+        context = (
+            trace_api.set_span_in_context(trace_api.NonRecordingSpan(parent))
+            if parent is not None and parent.is_valid
+            else Context()
+        )
+        live = self.tracer.start_span(name, context=context, kind=_INTERNAL, start_time=start_ns)
+        return StartedSpan(name, live.get_span_context(), parent, start_ns, live.is_recording(), live)
+
+    def end(
+        self,
+        span: StartedSpan,
+        end_ns: int,
+        attributes: Attributes,
+        events: Sequence[SpanEventData],
+        status: Status,
+    ) -> None:
+        live = span.live
+        assert live is not None
+        if span.recording:
+            live.set_attributes(attributes)
+            for name, at, attrs in events:
+                live.add_event(name, attrs, at)
+            live.set_status(status)
+        live.end(max(end_ns, span.start_ns))
+
+    def force_flush(self, timeout_millis: int) -> bool:
+        flush = getattr(self.provider, "force_flush", None)  # the API's provider has none
+        return bool(flush(timeout_millis)) if flush is not None else True
+
+
+def span_maker(provider: trace_api.TracerProvider, scope: InstrumentationScope, direct: bool) -> SpanMaker:
+    """The fastest way ``provider`` supports: :class:`DirectSpans` for the SDK's, else
+    :class:`TracerSpans`."""
+    tracer = provider.get_tracer(scope.name, scope.version, scope.schema_url)
+    if direct and isinstance(tracer, Tracer):
+        return DirectSpans(tracer, scope)
+    return TracerSpans(tracer, provider)
+
+
+__all__ = ["DirectSpans", "SpanEventData", "SpanMaker", "StartedSpan", "TracerSpans", "span_maker"]

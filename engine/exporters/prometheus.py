@@ -1,0 +1,351 @@
+"""Prometheus metrics: an engine's tool calls, attempts, errors, breakers and turns, for scraping.
+
+Needs the ``[prometheus]`` extra (``pip install 'tripwire[prometheus]'``: prometheus-client).
+:class:`PrometheusMetrics` attaches to an engine and registers a collector on a registry (the
+global ``prometheus_client.REGISTRY`` unless given one), so any process that already exposes that
+registry — ``prometheus_client.start_http_server``, a web framework's ``/metrics`` — exposes
+tripwire's metrics too; :func:`start_metrics_server` serves a registry on its own (what
+``tripwire serve --metrics-port`` runs). The metrics, whose labels are only ``tool``, ``outcome``,
+``kind``, ``class`` and ``state`` — never a call or turn id, so their number stays bounded:
+
+* ``tripwire_calls_total{tool,outcome}``: calls ended — ``ok``, ``partial`` (a partial result
+  kept), ``failed``, ``rejected`` (short-circuited by the breaker), ``skipped`` / ``escalated``
+  (an optional / required call not run because a dependency did not succeed); a call cut off by
+  its turn's deadline or stop has no outcome of its own: its turn's outcome says it;
+* ``tripwire_attempts_total{tool}``, ``tripwire_retries_total{tool}`` (attempts after the first);
+* ``tripwire_errors_total{tool,kind,class}``: failed attempts by error kind and class, and calls
+  refused as an unknown tool (labelled ``tool="(unknown)"``: a model's invented names never
+  become label values);
+* ``tripwire_rejections_total{tool}`` (``CallRejected``), ``tripwire_timeouts_total{tool}``
+  (attempts cut off by their timeout or idle window, ``ToolTimeout``);
+* ``tripwire_breaker_state{tool,state}``: one gauge per state, 1 for the state each registered
+  tool's breaker is in when scraped, else 0 (an OPEN breaker whose open period has run out shows
+  OPEN until the engine's half-open timer or its next call moves it); ``tripwire_breaker_opens_total{tool}``
+  (``BreakerOpened``: the engine opened it; an operator's trip is a state, not an open);
+* ``tripwire_attempt_duration_seconds{tool}``: a histogram of each attempt's own duration (the
+  ``latency_ms`` of a failed attempt, the ``attempt_ms`` of a successful one);
+* ``tripwire_turns_total{outcome}``: turns ended, by ``TurnFinished.outcome``.
+
+Off the hot path: the engine calls a direct subscriber that only bumps plain dict counters (about
+0.35 µs per event measured, two per successful call); the metric families are built when scraped,
+on the scraper's thread, from copies of those counters and from each breaker's state then.
+"""
+
+from __future__ import annotations
+
+import threading
+from bisect import bisect_left
+from collections.abc import Callable, Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Final, Self
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+from prometheus_client.samples import Exemplar
+
+from engine.breaker import BreakerState
+from engine.events import (
+    AttemptFailed,
+    AttemptStarted,
+    BreakerOpened,
+    CallEscalated,
+    CallFailed,
+    CallRejected,
+    CallSkipped,
+    CallSucceeded,
+    Event,
+    ToolTimedOut,
+    TurnFinished,
+)
+from engine.kinds import ErrorKind
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+
+    from engine.engine import Engine
+
+DURATION_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+"""Upper bounds (seconds) of ``tripwire_attempt_duration_seconds``'s buckets; ``+Inf`` is added."""
+
+UNKNOWN_TOOL_LABEL: Final = "(unknown)"
+"""The ``tool`` label of a call refused as an unknown tool: not a valid tool id, so never a real one."""
+
+_STATES: Final = tuple(BreakerState)
+
+
+class PrometheusMetrics:
+    """An engine's metrics for Prometheus: counts its events, registers a collector on ``registry``.
+
+    Constructing it attaches it (a direct subscriber) and registers its collector on ``registry``
+    — ``prometheus_client.REGISTRY`` by default, the one ``start_http_server`` serves. A registry
+    holds one engine's metrics: a second ``PrometheusMetrics`` on it raises ``ValueError``
+    (prometheus-client's ``DuplicateTimeseries``) — give each engine a registry of its own.
+    Counts start when it attaches. :meth:`close` (or leaving ``with``) detaches and unregisters.
+    ``buckets``: the upper bounds of the duration histogram's buckets, in seconds.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        registry: CollectorRegistry | None = None,
+        *,
+        buckets: Sequence[float] = DURATION_BUCKETS,
+    ) -> None:
+        self.engine = engine
+        self.registry = registry if registry is not None else REGISTRY
+        self._counts = _Counts(tuple(sorted(buckets)))
+        self.registry.register(self)  # first: a clash leaves nothing attached
+        self._unsubscribe: Callable[[], None] | None = engine.subscribe(self._counts.on_event, direct=True)
+
+    def collect(self) -> list[Metric]:
+        """Every metric family, built from the counts now (the registry calls it on a scrape)."""
+        return _families(self._counts, self.engine)
+
+    def describe(self) -> list[Metric]:
+        """The metric families without samples: the names the registry checks for clashes."""
+        return _families(_Counts(self._counts.buckets), None)
+
+    def close(self) -> None:
+        """Detach from the engine and unregister from the registry (once; later calls do nothing)."""
+        unsubscribe, self._unsubscribe = self._unsubscribe, None
+        if unsubscribe is not None:
+            unsubscribe()
+            self.registry.unregister(self)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class _Counts:
+    """The engine's side: a direct subscriber that only bumps plain dict counters.
+
+    Written only from the engine's event loop; a scrape, on another thread, reads copies.
+    """
+
+    def __init__(self, buckets: tuple[float, ...]) -> None:
+        self.buckets = buckets
+        self.calls: dict[tuple[str, str], int] = {}
+        self.attempts: dict[str, int] = {}
+        self.retries: dict[str, int] = {}
+        self.errors: dict[tuple[str, str, str], int] = {}
+        self.rejections: dict[str, int] = {}
+        self.timeouts: dict[str, int] = {}
+        self.opens: dict[str, int] = {}
+        self.turns: dict[str, int] = {}
+        self.durations: dict[str, list[float]] = {}
+        """Per tool: the count in each bucket (not cumulative; the last is ``+Inf``), then the sum."""
+        self._handlers: dict[type[Event], Callable[[Any], None]] = {
+            AttemptStarted: self._attempt_started, CallSucceeded: self._succeeded,
+            AttemptFailed: self._attempt_failed, CallFailed: self._failed, CallRejected: self._rejected,
+            ToolTimedOut: self._timed_out, BreakerOpened: self._opened, TurnFinished: self._turn_finished,
+            CallSkipped: self._skipped, CallEscalated: self._escalated,
+        }  # fmt: skip
+
+    def on_event(self, event: Event) -> None:
+        handle = self._handlers.get(type(event))
+        if handle is not None:
+            handle(event)
+
+    def _attempt_started(self, event: AttemptStarted) -> None:
+        tool = event.tool_id
+        attempts = self.attempts
+        attempts[tool] = attempts.get(tool, 0) + 1
+        if event.attempt > 1:
+            retries = self.retries
+            retries[tool] = retries.get(tool, 0) + 1
+
+    def _succeeded(self, event: CallSucceeded) -> None:
+        tool = event.tool_id
+        if event.partial:  # kept after a failed attempt, whose duration is already counted
+            key = (tool, "partial")
+        else:
+            key = (tool, "ok")
+            self._observe(tool, event.attempt_ms / 1000.0)
+        calls = self.calls
+        calls[key] = calls.get(key, 0) + 1
+
+    def _attempt_failed(self, event: AttemptFailed) -> None:
+        tool = event.tool_id
+        errors = self.errors
+        key = (tool, event.kind.value, event.classification.value)
+        errors[key] = errors.get(key, 0) + 1
+        self._observe(tool, event.latency_ms / 1000.0)
+
+    def _failed(self, event: CallFailed) -> None:
+        tool = UNKNOWN_TOOL_LABEL if event.kind is ErrorKind.UNKNOWN_TOOL else event.tool_id
+        if event.attempts == 0:  # refused before any attempt: no AttemptFailed counted its error
+            errors = self.errors
+            error = (tool, event.kind.value, event.classification.value)
+            errors[error] = errors.get(error, 0) + 1
+        self._ended(tool, "failed")
+
+    def _rejected(self, event: CallRejected) -> None:
+        tool = event.tool_id
+        rejections = self.rejections
+        rejections[tool] = rejections.get(tool, 0) + 1
+        self._ended(tool, "rejected")
+
+    def _skipped(self, event: CallSkipped) -> None:
+        self._ended(event.tool_id, "skipped")
+
+    def _escalated(self, event: CallEscalated) -> None:
+        self._ended(event.tool_id, "escalated")
+
+    def _ended(self, tool: str, outcome: str) -> None:
+        calls = self.calls
+        key = (tool, outcome)
+        calls[key] = calls.get(key, 0) + 1
+
+    def _timed_out(self, event: ToolTimedOut) -> None:
+        timeouts = self.timeouts
+        timeouts[event.tool_id] = timeouts.get(event.tool_id, 0) + 1
+
+    def _opened(self, event: BreakerOpened) -> None:
+        opens = self.opens
+        opens[event.tool_id] = opens.get(event.tool_id, 0) + 1
+
+    def _turn_finished(self, event: TurnFinished) -> None:
+        turns = self.turns
+        turns[event.outcome] = turns.get(event.outcome, 0) + 1
+
+    def _observe(self, tool: str, seconds: float) -> None:
+        counts = self.durations.get(tool)
+        if counts is None:
+            counts = self.durations[tool] = [0.0] * (len(self.buckets) + 2)
+        counts[bisect_left(self.buckets, seconds)] += 1  # the first bound ≥ seconds: Prometheus's le
+        counts[-1] += seconds
+
+
+# --- the scrape's side --------------------------------------------------------------------
+
+
+def _families(counts: _Counts, engine: Engine | None) -> list[Metric]:
+    """Every metric family from ``counts`` now; the breakers' states from ``engine``, if given."""
+    # list(dict.items()) copies under the GIL: the engine may count on while this reads.
+    calls = CounterMetricFamily(
+        "tripwire_calls_total", "Tool calls ended, by outcome", labels=["tool", "outcome"]
+    )
+    for (tool, outcome), n in list(counts.calls.items()):
+        calls.add_metric([tool, outcome], n)
+    errors = CounterMetricFamily(
+        "tripwire_errors_total", "Failed attempts (and unknown-tool calls) by error kind and class",
+        labels=["tool", "kind", "class"],
+    )  # fmt: skip
+    for (tool, kind, error_class), n in list(counts.errors.items()):
+        errors.add_metric([tool, kind, error_class], n)
+    turns = CounterMetricFamily("tripwire_turns_total", "Turns ended, by outcome", labels=["outcome"])
+    for outcome, n in list(counts.turns.items()):
+        turns.add_metric([outcome], n)
+    return [
+        calls,
+        _per_tool("tripwire_attempts_total", "Attempts started", counts.attempts),
+        _per_tool("tripwire_retries_total", "Attempts after a call's first", counts.retries),
+        errors,
+        _per_tool("tripwire_rejections_total", "Calls short-circuited by the breaker", counts.rejections),
+        _per_tool("tripwire_timeouts_total", "Attempts cut off by timeout or idle window", counts.timeouts),
+        _breaker_states(engine),
+        _per_tool("tripwire_breaker_opens_total", "Times the engine opened the breaker", counts.opens),
+        _duration_histogram(counts),
+        turns,
+    ]  # fmt: skip
+
+
+def _per_tool(name: str, documentation: str, counts: dict[str, int]) -> CounterMetricFamily:
+    family = CounterMetricFamily(name, documentation, labels=["tool"])
+    for tool, n in list(counts.items()):
+        family.add_metric([tool], n)
+    return family
+
+
+def _breaker_states(engine: Engine | None) -> GaugeMetricFamily:
+    gauge = GaugeMetricFamily(
+        "tripwire_breaker_state",
+        "1 for the state each tool's breaker is in, else 0",
+        labels=["tool", "state"],
+    )
+    if engine is None:
+        return gauge
+    for tool in engine.tools:
+        try:
+            state = engine.breaker(tool).state  # an attribute read: safe from the scrape's thread
+        except LookupError:  # retired since the list was taken
+            continue
+        for each in _STATES:
+            gauge.add_metric([tool, each.value], 1.0 if each is state else 0.0)
+    return gauge
+
+
+def _duration_histogram(counts: _Counts) -> HistogramMetricFamily:
+    histogram = HistogramMetricFamily(
+        "tripwire_attempt_duration_seconds", "Each attempt's own duration", labels=["tool"]
+    )
+    bounds = [*(repr(float(b)) for b in counts.buckets), "+Inf"]
+    for tool, per_bucket in list(counts.durations.items()):
+        snapshot = list(per_bucket)
+        cumulative = 0.0
+        buckets: list[tuple[str, float] | tuple[str, float, Exemplar]] = []
+        for bound, n in zip(bounds, snapshot, strict=False):  # the sum, last, is not a bucket
+            cumulative += n
+            buckets.append((bound, cumulative))
+        histogram.add_metric([tool], buckets, snapshot[-1])
+    return histogram
+
+
+class MetricsServer:
+    """A running ``/metrics`` endpoint (see :func:`start_metrics_server`); :meth:`close` stops it."""
+
+    def __init__(self, server: WSGIServer, thread: threading.Thread) -> None:
+        self._server = server
+        self._thread = thread
+        host, port = server.server_address[:2]
+        self.addr: str = str(host)
+        self.port: int = int(port)
+        """The port it listens on: the one asked for, or the one the system chose for port 0."""
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.addr}]" if ":" in self.addr else self.addr
+        return f"http://{host}:{self.port}/metrics"
+
+    def close(self) -> None:
+        """Stop serving, close the socket and wait for the server's thread (idempotent)."""
+        if self._thread.is_alive():
+            self._server.shutdown()
+            self._thread.join()
+        self._server.server_close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+def start_metrics_server(
+    metrics: PrometheusMetrics | CollectorRegistry, port: int, addr: str = "127.0.0.1"
+) -> MetricsServer:
+    """Serve the registry of ``metrics`` (or a registry) at ``http://addr:port/metrics`` on a
+    daemon thread, with prometheus-client's own WSGI server; port 0 picks a free port (read it
+    from ``.port``). Only this host by default: ``addr="0.0.0.0"`` listens on every interface.
+    Raises ``OSError`` when it cannot listen there."""
+    registry: Collector = metrics.registry if isinstance(metrics, PrometheusMetrics) else metrics
+    server, thread = start_http_server(port, addr=addr, registry=registry)
+    return MetricsServer(server, thread)
+
+
+__all__ = [
+    "DURATION_BUCKETS",
+    "UNKNOWN_TOOL_LABEL",
+    "MetricsServer",
+    "PrometheusMetrics",
+    "start_metrics_server",
+]

@@ -1,0 +1,450 @@
+"""A process's membership of a fleet: :class:`Fleet` attaches to an engine and shares, through
+Redis, what the processes of one deployment must agree on.
+
+The engine's call path is unchanged: nothing on it waits on the network. The fleet runs as one
+task that, every ``sync_ms``, makes one round trip to Redis with everything due:
+
+* what happened here — this process's events (one stream entry per batch), a tool it opened on
+  its own (counted toward the quorum), the result of a probe it held the lease for, its
+  acknowledgements of operator commands, and its heartbeat once a ``heartbeat_s``;
+* what happened elsewhere — new operator commands (applied with ``engine.trip``/``reset``/
+  ``disable`` and acknowledged), tools opened fleet-wide by a quorum (``engine.fleet_open``),
+  probe results published by the lease holder (``engine.fleet_close`` / ``fleet_open``).
+
+The half-open probe is the fleet's: each breaker gets a ``probe_gate`` that admits a probe only
+while this process holds the tool's lease (``SET NX PX``, its expiry kept beside it). While
+Redis is away the gates are lifted and every process decides alone (``on_unavailable=local``),
+or the configured tools are forced open until it returns (``fail_closed``); either way a
+``FleetUnavailable`` event says so, and ``FleetRestored`` when Redis answers again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from collections import deque
+from collections.abc import Callable
+from contextlib import AsyncExitStack
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, NoReturn, Self
+
+import anyio
+import redis
+from anyio import current_time
+
+from engine.breaker import BreakerState
+from engine.errors import one_line
+from engine.events import (
+    AttemptStarted,
+    BreakerClosed,
+    BreakerOpened,
+    CallRejected,
+    CallSucceeded,
+    Event,
+    FleetRestored,
+    FleetUnavailable,
+)
+from engine.fleet.client import UNAVAILABLE, Command, FleetClient
+from engine.fleet.commands import acknowledge, command_row, load_fleet_key
+from engine.fleet.config import FleetConfig, as_config
+from engine.fleet.health import RedisHealth
+from engine.fleet.keys import FleetKeys
+from engine.fleet.member import breaker_summary, heartbeat, this_process
+from engine.fleet.scripts import PROBE_RESULT, REPORT_OPEN, SYNC
+from engine.store.command_auth import DEFAULT_EXPIRY_S
+from engine.store.operator_commands import Acknowledgement, CommandGuard, apply_command
+
+if TYPE_CHECKING:
+    from engine.engine import Engine
+
+log = logging.getLogger("tripwire.fleet")
+
+FLEET_REASON = "fleet: "
+"""Every transition the fleet makes has a reason starting so; the fleet never reports those back."""
+FLEET_ACTOR = "fleet"
+"""The actor of the fleet's own operator-like transitions (``fail_closed``)."""
+EVENTS_PER_ENTRY = 1_000
+TRANSITIONS: frozenset[type[Event]] = frozenset({BreakerOpened, BreakerClosed})
+COUNTED: frozenset[type[Event]] = frozenset({AttemptStarted, CallSucceeded, CallRejected})
+"""Events the stream carries as counts per tool, not one by one (see :meth:`Fleet._event_entries`)."""
+MAX_PENDING = 1_000
+"""Reports and acknowledgements kept for Redis while it is away (the newest)."""
+_NO_KEY = (
+    "this process has no fleet command key (key_file= or $TRIPWIRE_FLEET_KEY_FILE): it takes no commands"
+)
+
+Handler = Callable[[Any], None]
+FAILURES: tuple[type[Exception], ...] = (*UNAVAILABLE, redis.exceptions.RedisError)
+
+
+class Fleet:
+    """``engine``'s membership of the fleet at ``config`` (a :class:`FleetConfig` or its URL).
+
+    Run it as ``async with Fleet(engine, url):`` (a task of its own until the block ends) or
+    ``await task_group.start(fleet.run)``. ``key`` is the operator-command key, read from the
+    config's key file by default (none: commands are refused, all else is shared).
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        config: FleetConfig | str,
+        *,
+        key: bytes | None = None,
+        rng: random.Random | None = None,
+        version: str | None = None,
+    ) -> None:
+        self.engine = engine
+        self.config = as_config(config)
+        self.keys = FleetKeys(self.config.namespace)
+        self.member = this_process(version)
+        self.client = FleetClient(self.config)
+        self.health = RedisHealth(rng or random.Random())
+        key = key if key is not None else load_fleet_key(self.config)
+        self._guard = CommandGuard(key) if key is not None else None
+        self._outbox: deque[Event] = deque()
+        """Filled by a direct subscriber (an append: calls pay nothing more), emptied by :meth:`tick`."""
+        self._unsent: deque[Event] = deque()
+        """Events drained but not in Redis yet (kept while Redis is away, at most ``buffer_events``)."""
+        self._unsubscribe: Callable[[], None] | None = None
+        self._leases: dict[str, float] = {}
+        """Tool → when our probe lease ends (``time.monotonic``): never a lease without its expiry."""
+        self._gates: dict[str, Callable[[], bool]] = {}
+        self._seen_open: dict[str, int] = {}
+        self._seen_probe: dict[str, int] = {}
+        self._baseline = True
+        """Next sync only learns the epochs: a process joining (or back) never replays old decisions."""
+        self._last_command: str | None = None
+        self._pending: list[Command] = []
+        self._forced: set[str] = set()
+        self._next_beat = 0.0
+        self._stack: AsyncExitStack | None = None
+        self.events_dropped = 0
+        self.round_trips = 0
+        self.commands_sent = 0
+        """Redis commands sent so far (each round trip sends several): what ``bench/fleet.py`` counts."""
+        self.acknowledged: list[Acknowledgement] = []
+        """This process's acknowledgements, newest last (the last 100)."""
+
+    def __repr__(self) -> str:
+        return f"Fleet({self.config.safe_url}, member={self.member.id})"
+
+    @property
+    def available(self) -> bool:
+        """Whether Redis answers (else the process runs by ``on_unavailable``)."""
+        return self.health.available
+
+    def holds_lease(self, tool_id: str) -> bool:
+        """Whether this process holds the fleet's probe lease for ``tool_id`` now."""
+        return self._leases.get(tool_id, 0.0) > time.monotonic()
+
+    # --- running -------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        async with AsyncExitStack() as stack:
+            task_group = await stack.enter_async_context(anyio.create_task_group())
+            stack.callback(task_group.cancel_scope.cancel)
+            await task_group.start(self.run)
+            self._stack = stack.pop_all()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            await stack.__aexit__(exc_type, exc, tb)
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> NoReturn:
+        """Share until cancelled; ready (``task_status.started``) after the first round trip."""
+        self._unsubscribe = self.engine.subscribe(self._outbox.append, direct=True)
+        try:
+            await self.tick()
+            task_status.started()
+            while True:
+                await anyio.sleep(self.config.sync_ms / 1000.0)
+                await self.tick()
+        finally:
+            self._unsubscribe()
+            self._lift_gates()
+            with anyio.CancelScope(shield=True), anyio.move_on_after(self.config.timeout_ms / 1000.0):
+                await self._leave()
+            await self.client.aclose()
+
+    async def _leave(self) -> None:
+        """Flush the last events and say goodbye: a process that stops is gone, not stale."""
+        if not self.health.available:
+            return
+        self._unsent.extend(self._drain())
+        commands = [*self._pending, *self._event_entries(list(self._unsent))]
+        commands += [("ZREM", self.keys.members, self.member.id), ("DEL", self.keys.member(self.member.id))]
+        try:
+            await self.client.execute(*commands)
+        except FAILURES as exc:
+            log.warning("fleet: could not leave cleanly: %s", one_line(str(exc)))
+
+    async def tick(self) -> None:
+        """One round trip: send what happened here, apply what happened elsewhere."""
+        now = time.monotonic()
+        fresh = self._drain()
+        self._after_local(fresh)
+        self._half_open_due()
+        permit = self.health.admit(now)
+        if permit is None:  # Redis away: wait for the next reconnection attempt
+            self._unsent.extend(fresh)
+            self._trim()
+            return
+        if self.health.available:
+            self._install_gates()
+        batch = fresh
+        if self._unsent:  # what an earlier round trip could not send goes first
+            batch = [*self._unsent, *fresh]
+            self._unsent.clear()
+        plan: list[tuple[Command, Handler | None]] = [(c, None) for c in self._pending]
+        plan += [(c, None) for c in self._event_entries(batch)]
+        if now >= self._next_beat:
+            beat = heartbeat(
+                self.keys, self.config, self.member, breaker_summary(self.engine),
+                redis_available=True, events_dropped=self.events_dropped,
+            )  # fmt: skip
+            plan.append((beat, None))
+        plan += self._lease_attempts(now)
+        tools = list(self.engine.tool_ids)
+        plan.append((self._sync_command(tools), lambda reply: self._apply_sync(tools, reply)))
+        try:
+            replies = await self.client.execute(*(command for command, _ in plan))
+        except FAILURES as exc:
+            self._unsent.extendleft(reversed(batch))
+            self._trim()
+            if not isinstance(exc, UNAVAILABLE):
+                log.warning("fleet: Redis refused a command: %s", one_line(str(exc)))
+            if self.health.failed(permit, time.monotonic(), exc):
+                self._became_unavailable()
+            return
+        self.round_trips += 1
+        self.commands_sent += len(plan)
+        self._pending = []
+        if now >= self._next_beat:
+            self._next_beat = now + self.config.heartbeat_s
+        down_s = self.health.succeeded(permit, time.monotonic())
+        if down_s is not None:
+            self._restored(down_s)
+        for (_, handle), reply in zip(plan, replies, strict=True):
+            if handle is not None:
+                handle(reply)
+
+    # --- what happened here --------------------------------------------------------------
+
+    def _drain(self) -> list[Event]:
+        """The events published since the last drain (the deque stays: the subscriber holds it)."""
+        batch = list(self._outbox)
+        self._outbox.clear()  # no await since the copy: nothing was appended in between
+        return batch
+
+    def _after_local(self, events: list[Event]) -> None:
+        """What this process's own transitions tell the fleet: an open (toward the quorum), the
+        result of the probe it held the lease for."""
+        for event in events:
+            if type(event) not in TRANSITIONS:
+                continue
+            assert isinstance(event, BreakerOpened | BreakerClosed)
+            if event.actor != "engine" or event.reason.startswith(FLEET_REASON):
+                continue  # an operator's, or the fleet's own: nothing new to tell
+            tool = event.tool_id
+            if isinstance(event, BreakerOpened) and event.from_state is BreakerState.CLOSED:
+                self._pending.append(self._report_open(tool))
+            elif event.from_state is BreakerState.HALF_OPEN and self._leases.pop(tool, None) is not None:
+                outcome = "closed" if isinstance(event, BreakerClosed) else "opened"
+                self._pending.append(self._probe_result(tool, outcome))
+
+    def _report_open(self, tool: str) -> Command:
+        keys = self.keys
+        window_ms = int(self.config.window_s * 1000)
+        return (
+            "EVAL", REPORT_OPEN, 3, keys.opens(tool), keys.tool(tool), keys.quorum(tool),
+            self.member.id, window_ms, self.config.quorum,
+        )  # fmt: skip
+
+    def _probe_result(self, tool: str, outcome: str) -> Command:
+        keys = self.keys
+        return (
+            "EVAL", PROBE_RESULT, 4, keys.lease(tool), keys.tool(tool), keys.opens(tool), keys.quorum(tool),
+            self.member.id, outcome,
+        )  # fmt: skip
+
+    def _event_entries(self, batch: list[Event]) -> list[Command]:
+        """Stream entries for ``batch``: every event in full (``Event.to_dict``) but the success
+        path's and rejections, which are counted per tool: encoding each would cost more than the
+        call itself (bench/fleet.py), and the console sums them anyway."""
+        entries: list[Command] = []
+        for start in range(0, len(batch), EVENTS_PER_ENTRY):
+            full: list[dict[str, Any]] = []
+            counts: dict[str, dict[str, int]] = {}
+            for event in batch[start : start + EVENTS_PER_ENTRY]:
+                if type(event) in COUNTED:
+                    per_tool = counts.setdefault(event.event_type, {})
+                    tool = event.tool_id  # type: ignore[attr-defined]  # every counted type is a ToolEvent
+                    per_tool[tool] = per_tool.get(tool, 0) + 1
+                else:
+                    full.append(event.to_dict())
+            entries.append((
+                "XADD", self.keys.events, "MAXLEN", "~", self.config.stream_maxlen, "*",
+                "member", self.member.id, "events", json.dumps(full, default=str, separators=(",", ":")),
+                "counts", json.dumps(counts, separators=(",", ":")),
+            ))  # fmt: skip
+        return entries
+
+    def _trim(self) -> None:
+        """Keep at most ``buffer_events`` events for the stream (the oldest go first) and a bounded
+        backlog of reports."""
+        excess = len(self._unsent) - self.config.buffer_events
+        for _ in range(max(excess, 0)):
+            self._unsent.popleft()
+        self.events_dropped += max(excess, 0)
+        del self._pending[:-MAX_PENDING]
+
+    def _half_open_due(self) -> None:
+        """Half-open the breakers whose open period is over (announced): with a probe gate a
+        breaker never half-opens inside a call, and an engine not started has no timer."""
+        now = current_time()
+        for tool in list(self.engine.tool_ids):
+            breaker = self.engine.breaker(tool)
+            due = breaker.half_open_at
+            if breaker.state is BreakerState.OPEN and due is not None and now >= due:
+                self.engine.state(tool)
+
+    # --- the probe lease -----------------------------------------------------------------
+
+    def _gate(self, tool: str) -> Callable[[], bool]:
+        leases = self._leases
+
+        def may_probe() -> bool:
+            return leases.get(tool, 0.0) > time.monotonic()
+
+        return may_probe
+
+    def _install_gates(self) -> None:
+        for tool in list(self.engine.tool_ids):
+            breaker = self.engine.breaker(tool)
+            if breaker.probe_gate is None:
+                gate = self._gates.get(tool) or self._gates.setdefault(tool, self._gate(tool))
+                breaker.probe_gate = gate
+
+    def _lift_gates(self) -> None:
+        for tool in list(self.engine.tool_ids):
+            breaker = self.engine.breaker(tool)
+            if breaker.probe_gate is not None and breaker.probe_gate is self._gates.get(tool):
+                breaker.probe_gate = None
+        self._leases.clear()
+
+    def _lease_attempts(self, now: float) -> list[tuple[Command, Handler | None]]:
+        attempts: list[tuple[Command, Handler | None]] = []
+        lease_ms = int(self.config.lease_ms)
+        for tool in list(self.engine.tool_ids):
+            if self.engine.breaker(tool).state is BreakerState.HALF_OPEN and not self.holds_lease(tool):
+                command = ("SET", self.keys.lease(tool), self.member.id, "NX", "PX", lease_ms)
+                attempts.append((command, self._on_lease(tool, now + lease_ms / 1000.0)))
+        return attempts
+
+    def _on_lease(self, tool: str, until: float) -> Handler:
+        def handle(reply: Any) -> None:
+            if reply:  # the lease is ours until ``until`` (counted from before we asked)
+                self._leases[tool] = until
+
+        return handle
+
+    # --- what happened elsewhere ---------------------------------------------------------
+
+    def _sync_command(self, tools: list[str]) -> Command:
+        if self._last_command is None:  # joining: the commands that may still be valid
+            self._last_command = f"{int((time.time() - DEFAULT_EXPIRY_S) * 1000)}-0"
+        keys = self.keys
+        return (
+            "EVAL", SYNC, 1 + 2 * len(tools), keys.commands,
+            *(keys.tool(t) for t in tools), *(keys.lease(t) for t in tools),
+            self._last_command, len(tools),
+        )  # fmt: skip
+
+    def _apply_sync(self, tools: list[str], reply: Any) -> None:
+        _, _, commands, states = reply
+        # Stream ids start with the server's time in ms: after Redis restarted empty, new commands
+        # still come after the last id read, so nothing is missed.
+        for entry_id, flat in commands:
+            self._last_command = entry_id
+            self._apply_command(dict(zip(flat[::2], flat[1::2], strict=True)))
+        baseline, self._baseline = self._baseline, False
+        for tool, state in zip(tools, states, strict=True):
+            open_epoch, open_count, probe_epoch, outcome, by, holder = state
+            if holder != self.member.id:
+                self._leases.pop(tool, None)
+            opened, probed = int(open_epoch), int(probe_epoch)
+            seen_open, seen_probe = self._seen_open.get(tool), self._seen_probe.get(tool)
+            self._seen_open[tool], self._seen_probe[tool] = opened, probed
+            if baseline or seen_open is None or seen_probe is None:
+                continue  # epochs learnt, nothing replayed (a vanished key reads 0: learnt too)
+            if opened > seen_open and self.engine.breaker(tool).state is BreakerState.CLOSED:
+                self.engine.fleet_open(
+                    tool,
+                    f"{FLEET_REASON}{open_count} processes opened it within {self.config.window_s:g}s "
+                    f"(quorum {self.config.quorum})",
+                )
+            if probed > seen_probe and by != self.member.id:
+                if outcome == "closed":
+                    self.engine.fleet_close(tool, f"{FLEET_REASON}the half-open probe of {by} succeeded")
+                elif self.engine.breaker(tool).state is BreakerState.HALF_OPEN:
+                    self.engine.fleet_open(tool, f"{FLEET_REASON}the half-open probe of {by} failed")
+
+    def _apply_command(self, fields: dict[str, str]) -> None:
+        try:
+            command = command_row(fields)
+        except (KeyError, ValueError) as exc:
+            log.warning("fleet: unreadable operator command skipped: %s", one_line(repr(exc)))
+            return
+        if self._guard is None:
+            ack = Acknowledgement(command.id, "refused", _NO_KEY, self.engine.wall_clock())
+        else:
+            ack = apply_command(self.engine, command, self._guard)
+        level = logging.INFO if ack.status == "applied" else logging.WARNING
+        log.log(level, "fleet command %d (%s %s): %s %s", ack.command_id, command.action, command.tool_id,
+                ack.status, ack.result)  # fmt: skip
+        self.acknowledged = [*self.acknowledged[-99:], ack]
+        self._pending += acknowledge(self.keys, self.member.id, ack)
+
+    # --- Redis away and back -------------------------------------------------------------
+
+    def _became_unavailable(self) -> None:
+        self._lift_gates()  # every process decides alone now
+        forced = []
+        for tool in self.config.forced_when_unavailable(list(self.engine.tool_ids)):
+            if self.engine.breaker(tool).state is not BreakerState.FORCED_OPEN:
+                reason = f"{FLEET_REASON}Redis unavailable (on_unavailable=fail_closed)"
+                self.engine.trip(tool, actor=FLEET_ACTOR, reason=reason)
+                self._forced.add(tool)
+                forced.append(tool)
+        event = FleetUnavailable(
+            at=self.engine.wall_clock(), t=current_time(), namespace=self.config.namespace,
+            server=self.config.server, error=self.health.last_error, policy=self.config.on_unavailable,
+            forced_open=tuple(forced),
+        )  # fmt: skip
+        log.warning("%s", event.describe())
+        self.engine.publish(event)
+
+    def _restored(self, down_s: float) -> None:
+        for tool in sorted(self._forced):
+            if tool in self.engine.tool_ids and self.engine.breaker(tool).state is BreakerState.FORCED_OPEN:
+                self.engine.reset(tool, actor=FLEET_ACTOR, reason=f"{FLEET_REASON}Redis is back")
+        self._forced.clear()
+        self._install_gates()  # the probe is the fleet's again
+        self._baseline = True
+        self._next_beat = 0.0
+        event = FleetRestored(
+            at=self.engine.wall_clock(), t=current_time(), namespace=self.config.namespace,
+            server=self.config.server, down_s=down_s,
+        )  # fmt: skip
+        log.warning("%s", event.describe())
+        self.engine.publish(event)
+
+
+__all__ = ["FLEET_ACTOR", "FLEET_REASON", "Fleet"]

@@ -1,0 +1,249 @@
+"""The fleet as a console shows it: per tool, how many processes see it in each state, who holds
+its probe lease, its calls and errors summed; per process, who it is, when it last beat and its
+breakers. And the fleet's live events, tailed from its stream.
+
+:func:`fold_fleet` is pure (the records in, the view out: tested without Redis);
+:func:`read_fleet` and :func:`tail_events` are its I/O.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from engine.fleet.client import FleetClient
+from engine.fleet.config import FleetConfig, as_config
+from engine.fleet.keys import FleetKeys
+
+MemberStatus = Literal["live", "stale", "gone"]
+
+
+@dataclass(frozen=True, slots=True)
+class MemberView:
+    """One process: ``stale`` once it missed beats for ``stale_s``, ``gone`` after ``gone_s`` (or
+    when its record has expired)."""
+
+    id: str
+    status: MemberStatus
+    host: str = ""
+    pid: int = 0
+    version: str = ""
+    started: float | None = None
+    last_beat: float | None = None
+    """Redis server time of its last heartbeat, in seconds."""
+    age_s: float | None = None
+    """Seconds since that beat, by the server's clock."""
+    breakers: dict[str, str] = field(default_factory=dict)
+    """Tool → its breaker state in this process."""
+    redis_available: bool = True
+    events_dropped: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ToolView:
+    """One tool across the processes that are not gone."""
+
+    tool_id: str
+    states: dict[str, int]
+    """Breaker state → how many processes see it so."""
+    lease_holder: str | None
+    """The member holding the half-open probe lease, if any."""
+    calls: int = 0
+    errors: int = 0
+    """Failed attempts, summed."""
+    failures: int = 0
+    """Calls that ended failed, summed."""
+    rejections: int = 0
+
+    @property
+    def processes(self) -> int:
+        return sum(self.states.values())
+
+
+@dataclass(frozen=True, slots=True)
+class FleetView:
+    """The fleet at one instant (``now``: the Redis server's time, in seconds)."""
+
+    namespace: str
+    now: float
+    members: tuple[MemberView, ...]
+    tools: dict[str, ToolView]
+
+    def member(self, member_id: str) -> MemberView:
+        return next(m for m in self.members if m.id == member_id)
+
+
+def fold_fleet(
+    namespace: str,
+    now_ms: float,
+    beats: dict[str, float],
+    records: dict[str, dict[str, str]],
+    leases: dict[str, str | None],
+    *,
+    stale_s: float,
+    gone_s: float,
+) -> FleetView:
+    """The view from what Redis holds: ``beats`` (member → last beat, ms, from the index),
+    ``records`` (member → its hash; missing or empty: expired) and ``leases`` (tool → holder)."""
+    members = []
+    tools: dict[str, dict[str, Any]] = {}
+    for member_id in sorted(beats, key=lambda m: (-beats[m], m)):
+        record = records.get(member_id) or {}
+        beat_ms = float(record.get("beat") or beats[member_id])
+        age_s = max(now_ms - beat_ms, 0.0) / 1000.0
+        status: MemberStatus = "live"
+        if not record or age_s >= gone_s:
+            status = "gone"
+        elif age_s >= stale_s:
+            status = "stale"
+        breakers = _breakers(record.get("breakers"))
+        members.append(
+            MemberView(
+                id=member_id, status=status, host=record.get("host", ""), pid=_int(record.get("pid")),
+                version=record.get("version", ""), started=_float(record.get("started")),
+                last_beat=beat_ms / 1000.0, age_s=age_s,
+                breakers={tool: str(data.get("state", "")) for tool, data in breakers.items()},
+                redis_available=record.get("redis_available", "1") == "1",
+                events_dropped=_int(record.get("events_dropped")),
+            )
+        )  # fmt: skip
+        if status == "gone":
+            continue
+        for tool, data in breakers.items():
+            sums = tools.setdefault(tool, _no_sums())
+            state = str(data.get("state", "UNKNOWN"))
+            sums["states"][state] = sums["states"].get(state, 0) + 1
+            for name in ("calls", "errors", "failures", "rejections"):
+                sums[name] += _int(data.get(name))
+    for tool in leases:
+        tools.setdefault(tool, _no_sums())
+    views = {
+        tool: ToolView(tool, dict(sorted(sums["states"].items())), leases.get(tool) or None,
+                       sums["calls"], sums["errors"], sums["failures"], sums["rejections"])
+        for tool, sums in sorted(tools.items())
+    }  # fmt: skip
+    return FleetView(namespace, now_ms / 1000.0, tuple(members), views)
+
+
+def _no_sums() -> dict[str, Any]:
+    return {"states": {}, "calls": 0, "errors": 0, "failures": 0, "rejections": 0}
+
+
+def _breakers(raw: str | None) -> dict[str, dict[str, Any]]:
+    try:
+        data = json.loads(raw) if raw else {}
+    except ValueError:  # a record nobody of ours wrote: no opinion
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {str(k): v for k, v in data.items() if isinstance(v, dict)}
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _float(value: Any) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _server_ms(reply: Any) -> float:
+    seconds, micros = reply
+    return int(seconds) * 1000 + int(micros) / 1000
+
+
+async def read_fleet(target: FleetConfig | str | FleetClient) -> FleetView:
+    """Read the fleet's processes and tools now (three round trips)."""
+    client = target if isinstance(target, FleetClient) else FleetClient(as_config(target))
+    try:
+        config = client.config
+        keys = FleetKeys(config.namespace)
+        time_reply, index = await client.execute(("TIME",), ("ZRANGE", keys.members, 0, -1, "WITHSCORES"))
+        beats = {str(member): float(score) for member, score in _pairs(index)}
+        ids = list(beats)
+        hashes = await client.execute(*(("HGETALL", keys.member(m)) for m in ids)) if ids else []
+        records = {m: dict(h or {}) for m, h in zip(ids, hashes, strict=True)}
+        tools = sorted({t for r in records.values() for t in _breakers(r.get("breakers"))})
+        holders = await client.execute(*(("GET", keys.lease(t)) for t in tools)) if tools else []
+        leases = {t: (str(h) if h else None) for t, h in zip(tools, holders, strict=True)}
+        return fold_fleet(
+            config.namespace, _server_ms(time_reply), beats, records, leases,
+            stale_s=config.stale_s, gone_s=config.gone_s,
+        )  # fmt: skip
+    finally:
+        if client is not target:
+            await client.aclose()
+
+
+def _pairs(reply: Any) -> list[tuple[Any, Any]]:
+    """``ZRANGE … WITHSCORES`` as pairs, whichever shape redis-py gave it."""
+    items = list(reply or [])
+    if items and not isinstance(items[0], list | tuple):
+        return list(zip(items[::2], items[1::2], strict=True))
+    return [(item[0], item[1]) for item in items]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamBatch:
+    """One entry of the fleet's event stream: a batch of one process's events.
+
+    ``events`` are whole, as data (``Event.to_dict()``; :func:`engine.events.event_from_dict`
+    rebuilds them); the success path's events and rejections come as ``counts`` instead
+    (event type → tool → how many), since encoding each would cost more than the call.
+    """
+
+    member_id: str
+    entry_id: str
+    events: list[dict[str, Any]]
+    counts: dict[str, dict[str, int]]
+
+
+async def tail_events(
+    target: FleetConfig | str | FleetClient, after: str = "0-0", *, count: int = 100
+) -> tuple[list[StreamBatch], str]:
+    """The stream's batches after entry ``after`` (at most ``count``) and the id to pass next time:
+    a console tails the fleet by calling it again with that id."""
+    client = target if isinstance(target, FleetClient) else FleetClient(as_config(target))
+    try:
+        keys = FleetKeys(client.config.namespace)
+        (entries,) = await client.execute(("XRANGE", keys.events, f"({after}", "+", "COUNT", count))
+        batches = []
+        last = after
+        for entry_id, flat in entries or []:
+            last = str(entry_id)
+            fields = dict(flat) if isinstance(flat, dict) else dict(zip(flat[::2], flat[1::2], strict=True))
+            try:
+                events = json.loads(fields.get("events", "[]"))
+                counts = json.loads(fields.get("counts", "{}"))
+            except ValueError:  # an entry nobody of ours wrote: no opinion
+                continue
+            batches.append(
+                StreamBatch(
+                    str(fields.get("member", "")), last,
+                    [e for e in events if isinstance(e, dict)] if isinstance(events, list) else [],
+                    counts if isinstance(counts, dict) else {},
+                )
+            )  # fmt: skip
+        return batches, last
+    finally:
+        if client is not target:
+            await client.aclose()
+
+
+__all__ = [
+    "FleetView",
+    "MemberStatus",
+    "MemberView",
+    "StreamBatch",
+    "ToolView",
+    "fold_fleet",
+    "read_fleet",
+    "tail_events",
+]
