@@ -1,6 +1,7 @@
 """What fleet mode costs and how fast it shares, against a real ``redis-server`` this script starts.
 
     python bench/fleet.py [--calls 20000] [--repeat 5] [--engines 4] [--json]
+    python bench/fleet.py --processes 8 [--trips 20] [--json]
 
 Three figures, all in one asyncio process:
 
@@ -13,8 +14,14 @@ Three figures, all in one asyncio process:
   second for ``--seconds`` (the server's own count, ``INFO commandstats``): it must not grow
   with the call rate (one round trip per ``sync_ms`` carries everything);
 * an operator trip's propagation: ``--engines`` engines each with its own Fleet; the time from
-  ``send_command`` until each engine announced the trip, p50 and p99 over ``--trips`` trips
-  (the 8-process figure of issue 17 comes from the multi-process test).
+  ``send_command`` until each engine announced the trip, p50 and p99 over ``--trips`` trips.
+
+With ``--processes N``, only the figure issue 17 asks for, across processes: N real
+``tripwire serve --fleet`` processes (each with its own trace store, a workload that registers
+one tool and waits), and an operator trip (then a reset, alternately) sent with ``send_command``;
+its propagation to each process is the time from sending until that process applied it (the
+``at`` of its acknowledgement, the same host's wall clock), p50 and p99 over N × ``--trips``.
+Target: p99 ≤ 200 ms (with ``sync_ms`` 100, the default).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -42,7 +50,29 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine import Engine, ToolManifest
 from engine.events import Event
-from engine.fleet import Fleet, FleetClient, parse_fleet_url, send_command
+from engine.fleet import (
+    Fleet,
+    FleetAction,
+    FleetClient,
+    acknowledgements,
+    parse_fleet_url,
+    read_fleet,
+    send_command,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKLOAD = """
+import anyio
+
+
+async def tool() -> int:
+    return 1
+
+
+async def run(engine) -> None:
+    engine.register("tool", tool)
+    await anyio.sleep_forever()
+"""
 
 
 async def tool() -> int:
@@ -143,6 +173,15 @@ async def commands_per_second(url: str, port: int, rate: int, seconds: float) ->
     }
 
 
+def percentiles(latencies: list[float]) -> dict[str, float]:
+    latencies = sorted(latencies)
+    return {
+        "p50_ms": statistics.median(latencies),
+        "p99_ms": latencies[min(int(len(latencies) * 0.99), len(latencies) - 1)],
+        "max_ms": latencies[-1],
+    }
+
+
 async def propagation(url: str, engines: int, trips: int) -> dict[str, float]:
     key = os.urandom(32)
     arrived: list[dict[str, float]] = []
@@ -164,7 +203,7 @@ async def propagation(url: str, engines: int, trips: int) -> dict[str, float]:
         client = FleetClient(parse_fleet_url(url))
         stack.push_async_callback(client.aclose)
         for trip in range(trips):
-            action = "trip" if trip % 2 == 0 else "reset"
+            action: FleetAction = "trip" if trip % 2 == 0 else "reset"
             kind = "BreakerTripped" if action == "trip" else "BreakerReset"
             for seen in arrived:
                 seen.pop(kind, None)
@@ -175,14 +214,69 @@ async def propagation(url: str, engines: int, trips: int) -> dict[str, float]:
                     await anyio.sleep(0.001)
             latencies += [(seen[kind] - sent) * 1000 for seen in arrived]
             await anyio.sleep(random.uniform(0, 0.1))  # land anywhere in the sync period
-    latencies.sort()
-    return {
-        "engines": engines,
-        "trips": trips,
-        "p50_ms": statistics.median(latencies),
-        "p99_ms": latencies[min(int(len(latencies) * 0.99), len(latencies) - 1)],
-        "max_ms": latencies[-1],
-    }
+    return {"engines": engines, "trips": trips, **percentiles(latencies)}
+
+
+def serve_processes(directory: Path, url: str, count: int) -> list[subprocess.Popen[bytes]]:
+    """``count`` ``tripwire serve --fleet`` processes, each with its own trace store and log."""
+    (directory / "agent.py").write_text(WORKLOAD)
+    (directory / "manifests").mkdir()
+    processes = []
+    for n in range(count):
+        command = [
+            sys.executable, "-m", "console", "serve", "--manifests", str(directory / "manifests"),
+            "--traces", str(directory / f"p{n}.db"), "--workload", f"{directory / 'agent.py'}:run",
+            "--fleet", url,
+        ]  # fmt: skip
+        with open(directory / f"p{n}.log", "wb") as log:
+            processes.append(subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log))
+    return processes
+
+
+async def process_propagation(url: str, key: bytes, count: int, trips: int) -> dict[str, Any]:
+    """An operator trip's (or reset's) propagation to ``count`` served processes (see the docstring)."""
+    client = FleetClient(parse_fleet_url(url))
+    try:
+        with anyio.fail_after(60):
+            while True:
+                view = await read_fleet(client)
+                if sum(m.status == "live" and "tool" in m.breakers for m in view.members) == count:
+                    break
+                await anyio.sleep(0.1)
+        latencies: list[float] = []
+        for trip in range(trips):
+            action: FleetAction = "trip" if trip % 2 == 0 else "reset"
+            sent_at = time.time()
+            sent = await send_command(client, action, "tool", key=key, reason="bench", now=sent_at)
+            with anyio.fail_after(10):
+                while len(acks := await acknowledgements(client, sent.id)) < count:
+                    await anyio.sleep(0.005)
+            if any(ack.status != "applied" for ack in acks.values()):
+                raise SystemExit(f"not applied everywhere: {acks}")
+            latencies += [(ack.at - sent_at) * 1000 for ack in acks.values()]
+            await anyio.sleep(random.uniform(0, 0.1))  # land anywhere in the sync period
+    finally:
+        await client.aclose()
+    return {"processes": count, "trips": trips, **percentiles(latencies)}
+
+
+def run_processes(args: argparse.Namespace, directory: str, port: int) -> dict[str, Any]:
+    key_file = Path(directory) / "fleet.key"
+    key = os.urandom(32)
+    key_file.write_bytes(key)
+    key_file.chmod(0o600)
+    url = f"redis://127.0.0.1:{port}/0?namespace=processes&key_file={key_file}"
+    processes = serve_processes(Path(directory), url, args.processes)
+    try:
+        return {"process_propagation": anyio.run(process_propagation, url, key, args.processes, args.trips)}
+    finally:
+        for process in processes:
+            process.send_signal(signal.SIGTERM)
+        for process in processes:
+            try:
+                process.wait(15)
+            except subprocess.TimeoutExpired:
+                process.kill()
 
 
 async def run(args: argparse.Namespace, port: int) -> dict[str, Any]:
@@ -204,15 +298,30 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0, help="how long each call rate runs")
     parser.add_argument("--engines", type=int, default=4)
     parser.add_argument("--trips", type=int, default=20)
+    parser.add_argument(
+        "--processes", type=int, default=0, help="only the trip's propagation to this many served processes"
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as directory:
         server, port = start_redis(directory)
         try:
-            results = anyio.run(run, args, port)
+            many = args.processes > 0
+            results = run_processes(args, directory, port) if many else anyio.run(run, args, port)
         finally:
             server.kill()
             server.wait()
+    if args.processes:
+        prop = results["process_propagation"]
+        if args.json:
+            print(json.dumps(results, indent=2))
+            return
+        print(
+            f"operator trip to {prop['processes']} tripwire serve --fleet processes, {prop['trips']} trips:"
+            f" p50 {prop['p50_ms']:.0f} ms, p99 {prop['p99_ms']:.0f} ms, max {prop['max_ms']:.0f} ms"
+            " (target p99 ≤ 200)"
+        )
+        return
     per_call = results["per_call_us"]
     results["fleet_minus_events_on_us"] = (
         per_call["fleet on"]["median"] - per_call["local, events on"]["median"]

@@ -79,12 +79,12 @@ def countdown(seconds: float) -> str:
     has passed and the console has not seen it happen, how long ago it was due (``due now``,
     ``due 3s ago``, ``due 2m10s ago``): an engine that is late or gone never reads as "now"."""
     if seconds > 0:
-        return f"in {_span(int(-(-seconds // 1)))}"  # whole seconds, rounded up
+        return f"in {span(int(-(-seconds // 1)))}"  # whole seconds, rounded up
     late = int(-seconds)
-    return f"due {_span(late)} ago" if late else "due now"
+    return f"due {span(late)} ago" if late else "due now"
 
 
-def _span(whole: int) -> str:
+def span(whole: int) -> str:
     """``7s``, ``1m05s``, ``2h05m``."""
     if whole < 60:
         return f"{whole}s"

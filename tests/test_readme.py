@@ -72,6 +72,7 @@ RUN_ELSEWHERE = {
     "from engine.adapters.langgraph import": "tests/engine/integrations/test_langgraph.py",
     "from engine.exporters.otel import": "tests/engine/integrations/test_otel.py",
     "from engine.exporters.prometheus import": "tests/engine/integrations/test_prometheus.py",
+    "from engine.fleet import": "tests/engine/fleet/test_readme_example.py",
 }
 """The adapters' and exporters' examples: each runs in its own test, which also checks README
 shows exactly the code it runs."""

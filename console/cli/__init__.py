@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from console.cli.arguments import LIMIT_MAX, POLL_MS_MAX, WAIT_S_MAX, build_parser
+from console.cli.arguments import FLEET_SCHEMES, LIMIT_MAX, POLL_MS_MAX, WAIT_S_MAX, build_parser
 from console.cli.doctor import report, startup_problem
 from console.usage import UsageError
 from engine.errors import TraceStoreError, one_line
@@ -198,9 +198,11 @@ def _retention(args: argparse.Namespace) -> RetentionPolicy:
 
 
 def _console(args: argparse.Namespace) -> int:
-    attach: Path | None = getattr(args, "attach", None)
+    attach: str | None = getattr(args, "attach", None)
+    if attach is not None and attach.startswith(FLEET_SCHEMES):
+        return _fleet_console(args, attach)
     if attach is not None:
-        return _attached_console(args, attach)
+        return _attached_console(args, Path(attach))
     from console.live import LiveOptions, build_live_app  # start-up: Textual, for this command only
 
     manifests: Path = args.manifests
@@ -238,10 +240,9 @@ def _check_replayable(store_path: Path, turn_id: str) -> None:
         store.load_turn(turn_id)
 
 
-def _attached_console(args: argparse.Namespace, attach: Path) -> int:
-    from console.attach import build_attached_app  # start-up: Textual, for this command only
-
-    given = [
+def _attach_conflicts(args: argparse.Namespace) -> list[str]:
+    """The flags an attached console cannot take: it records nothing and runs no manifests."""
+    return [
         flag
         for flag, value in (
             ("--traces", args.traces),
@@ -251,6 +252,33 @@ def _attached_console(args: argparse.Namespace, attach: Path) -> int:
         )
         if value is not None
     ] + (["--no-record"] if args.no_record else [])
+
+
+def _fleet_console(args: argparse.Namespace, url: str) -> int:
+    """``--attach redis://…``: the console over the fleet in that Redis namespace."""
+    from console.fleet_app import build_fleet_app  # start-up: Textual and redis, for this command only
+    from engine.fleet import FleetConfigError, parse_fleet_url  # start-up: likewise
+
+    try:
+        config = parse_fleet_url(url)
+    except FleetConfigError as exc:
+        raise UsageError(f"--attach: {exc}") from None  # its message never holds the password
+    given = _attach_conflicts(args) + (["--replay"] if args.replay is not None else [])
+    if given:
+        raise UsageError(
+            f"--attach {config.safe_url}: {' and '.join(given)} cannot be used with it: a fleet console"
+            " records nothing, replays nothing, and each process reads its own manifests"
+        )
+    _need_terminal()
+    app = build_fleet_app(config, read_only=args.read_only, refresh_hz=args.refresh_hz)
+    app.run()
+    return 0
+
+
+def _attached_console(args: argparse.Namespace, attach: Path) -> int:
+    from console.attach import build_attached_app  # start-up: Textual, for this command only
+
+    given = _attach_conflicts(args)
     if given:
         raise UsageError(
             f"--attach {attach}: {' and '.join(given)} cannot be used with it: an attached console records"

@@ -18,6 +18,8 @@ WAIT_S_MAX = 3600.0
 """The longest ``breaker trip --wait``: the engine refuses a command valid for longer."""
 WAIT_S_DEFAULT = 5.0
 PORT_MAX = 65_535
+FLEET_SCHEMES = ("redis://", "rediss://")
+"""An ``--attach`` starting so names a fleet's Redis, not a trace store."""
 
 
 class Parser(argparse.ArgumentParser):
@@ -69,15 +71,18 @@ def build_parser() -> argparse.ArgumentParser:
         "travel-agent tools through a looping outage), a scenario of yours with --scenario, or "
         "your own workload with --workload. Hot-reloads the manifests; records turns in the "
         "trace store. With --attach DB it runs no engine: it watches the one recording into DB "
-        "(tripwire serve) and sends it the operator actions.",
+        "(tripwire serve) and sends it the operator actions. With --attach redis://HOST:PORT/DB?"
+        "namespace=NAME it watches a fleet: every process sharing that Redis namespace, and its "
+        "operator actions go to all of them (signed with the fleet key: key_file= in the URL or "
+        "$TRIPWIRE_FLEET_KEY_FILE; without one it is read-only).",
     )
     _engine_options(live)
     source = _workload_options(live)
     source.add_argument(
         "--attach",
-        type=Path,
-        metavar="DB",
-        help="watch the engine recording into this trace store (tripwire serve) instead of running one",
+        metavar="DB|URL",
+        help="watch the engine recording into this trace store (tripwire serve) instead of running one;"
+        " a redis:// or rediss:// URL watches the fleet in that Redis namespace",
     )
     _retention_options(live)
     live.add_argument("--read-only", action="store_true", help="watch only: no trip, reset or disable")
@@ -107,7 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
         "event is recorded in the trace store, and the operator commands of consoles attached to it "
         "(tripwire console --attach DB) are applied when signed with the store's command key, DB.key "
         "(made owner-only if there is none; --no-commands: none are taken). With "
-        "--metrics-port it also serves Prometheus metrics at /metrics. Runs until Ctrl-C or SIGTERM.",
+        "--metrics-port it also serves Prometheus metrics at /metrics. With --fleet redis://… it joins a "
+        "fleet of processes sharing breaker decisions, operator commands and live events through Redis "
+        "(the trace store stays its own). Runs until Ctrl-C or SIGTERM.",
     )
     _engine_options(serve, recording="record in and take operator commands from", optional=False)
     _workload_options(serve)
@@ -133,6 +140,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="ADDR",
         help="the address the metrics endpoint listens on (default 127.0.0.1: this host only;"
         " 0.0.0.0: every interface)",
+    )
+    serve.add_argument(
+        "--fleet",
+        metavar="URL",
+        help="join the fleet at redis://[user:password@]host:port/db?namespace=NAME (rediss:// for TLS;"
+        " quorum=, window_s=, on_unavailable=local|fail_closed, key_file= for operator commands, …;"
+        " needs the fleet extra: pip install 'tripwire[fleet]'). The password is never printed",
     )
 
     _breaker_commands(commands)
@@ -229,11 +243,14 @@ def _breaker_commands(commands: argparse._SubParsersAction[Parser]) -> None:
     """``tripwire breaker``: what the console's board and its t/r/d keys do, from a shell."""
     breaker = commands.add_parser(
         "breaker",
-        help="list the breakers of a served engine, or trip, reset or disable one from a shell",
+        help="list the breakers of a served engine or fleet, or trip, reset or disable one from a shell",
         description="The board and the operator actions of an attached console, for runbooks and"
         " scripts: list reads the engine's trace store; trip, reset and disable send the engine a"
         " command signed with the store's key (as the console does), wait for its acknowledgement"
-        " and exit 0 when it was applied, 1 when it was refused or not answered, 2 on bad input.",
+        " and exit 0 when it was applied, 1 when it was refused or not answered, 2 on bad input."
+        " With --attach redis://… the same on a fleet (tripwire serve --fleet): list sums each tool"
+        " over the processes and shows each process's state; a command, signed with the fleet's key,"
+        " goes to every process and exits 0 only when every live process applied it.",
     )
     actions = breaker.add_subparsers(dest="action", metavar="ACTION", required=True)
     listing = actions.add_parser(
@@ -241,7 +258,9 @@ def _breaker_commands(commands: argparse._SubParsersAction[Parser]) -> None:
         help="each tool's breaker: state, consecutive failures, half-open due, last transition",
         description="Each tool's breaker as the engine recording into DB last stored it: its state,"
         " consecutive failures, when an OPEN breaker half-opens, and its last transition (when, who,"
-        " why); and whether the engine is heard from.",
+        " why); and whether the engine is heard from. On a fleet (--attach redis://…): per tool how"
+        " many processes see each state, the probe lease's holder, calls and errors summed, and each"
+        " process's state; and each process's host, pid and heartbeat (live, stale or gone).",
     )
     _attach_option(listing)
     listing.add_argument("--json", action="store_true", help="print JSON")
@@ -251,7 +270,10 @@ def _breaker_commands(commands: argparse._SubParsersAction[Parser]) -> None:
         "disable": "admit every call while still counting failures",
     }
     for action, effect in effects.items():
-        description = f"{action.capitalize()} TOOL's breaker: {effect}. Prints the state it left."
+        description = (
+            f"{action.capitalize()} TOOL's breaker: {effect}. Prints the state it left; on a fleet"
+            " (--attach redis://…), every process's acknowledgement."
+        )
         command = actions.add_parser(action, help=effect, description=description)
         command.add_argument("tool", metavar="TOOL")
         _attach_option(command)
@@ -263,8 +285,9 @@ def _breaker_commands(commands: argparse._SubParsersAction[Parser]) -> None:
             type=float,
             default=WAIT_S_DEFAULT,
             metavar="S",
-            help=f"seconds to wait for the engine's acknowledgement; not applied by then, the command"
-            f" expires unapplied (above 0, up to {WAIT_S_MAX:,.0f}; default {WAIT_S_DEFAULT:g})",
+            help=f"seconds to wait for the engine's acknowledgement (on a fleet: every live process's);"
+            f" not applied by then, the command expires unapplied (above 0, up to {WAIT_S_MAX:,.0f};"
+            f" default {WAIT_S_DEFAULT:g})",
         )
         command.add_argument("--json", action="store_true", help="print JSON")
 
@@ -283,11 +306,17 @@ def _port(text: str) -> int:
 def _attach_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--attach",
-        type=Path,
+        type=_store_or_fleet,
         required=True,
-        metavar="DB",
-        help="the trace store of the engine (tripwire serve --traces DB)",
+        metavar="DB|URL",
+        help="the trace store of the engine (tripwire serve --traces DB), or the fleet's"
+        " redis://…?namespace=NAME (tripwire serve --fleet URL)",
     )
+
+
+def _store_or_fleet(text: str) -> Path | str:
+    """A fleet's URL as given (a Path would fold its ``//``), anything else a trace store's path."""
+    return text if text.startswith(FLEET_SCHEMES) else Path(text)
 
 
 def _run_options(parser: argparse.ArgumentParser) -> None:

@@ -24,7 +24,11 @@ tripwire's metrics too; :func:`start_metrics_server` serves a registry on its ow
   (``BreakerOpened``: the engine opened it; an operator's trip is a state, not an open);
 * ``tripwire_attempt_duration_seconds{tool}``: a histogram of each attempt's own duration (the
   ``latency_ms`` of a failed attempt, the ``attempt_ms`` of a successful one);
-* ``tripwire_turns_total{outcome}``: turns ended, by ``TurnFinished.outcome``.
+* ``tripwire_turns_total{outcome}``: turns ended, by ``TurnFinished.outcome``;
+* ``tripwire_fleet_available``: in a process of a fleet (:mod:`engine.fleet`), 0 from a
+  ``FleetUnavailable`` (its Redis unreachable: the process decides alone) until a
+  ``FleetRestored``, then 1; not exposed until the first of them (a fleet whose Redis always
+  answered announces neither).
 
 Off the hot path: the engine calls a direct subscriber that only bumps plain dict counters (about
 0.35 µs per event measured, two per successful call); the metric families are built when scraped,
@@ -56,6 +60,8 @@ from engine.events import (
     CallSkipped,
     CallSucceeded,
     Event,
+    FleetRestored,
+    FleetUnavailable,
     ToolTimedOut,
     TurnFinished,
 )
@@ -141,11 +147,14 @@ class _Counts:
         self.turns: dict[str, int] = {}
         self.durations: dict[str, list[float]] = {}
         """Per tool: the count in each bucket (not cumulative; the last is ``+Inf``), then the sum."""
+        self.fleet_available: float | None = None
+        """1 or 0 after the last fleet event; None before any."""
         self._handlers: dict[type[Event], Callable[[Any], None]] = {
             AttemptStarted: self._attempt_started, CallSucceeded: self._succeeded,
             AttemptFailed: self._attempt_failed, CallFailed: self._failed, CallRejected: self._rejected,
             ToolTimedOut: self._timed_out, BreakerOpened: self._opened, TurnFinished: self._turn_finished,
             CallSkipped: self._skipped, CallEscalated: self._escalated,
+            FleetUnavailable: self._fleet_unavailable, FleetRestored: self._fleet_restored,
         }  # fmt: skip
 
     def on_event(self, event: Event) -> None:
@@ -215,6 +224,12 @@ class _Counts:
         turns = self.turns
         turns[event.outcome] = turns.get(event.outcome, 0) + 1
 
+    def _fleet_unavailable(self, event: FleetUnavailable) -> None:
+        self.fleet_available = 0.0
+
+    def _fleet_restored(self, event: FleetRestored) -> None:
+        self.fleet_available = 1.0
+
     def _observe(self, tool: str, seconds: float) -> None:
         counts = self.durations.get(tool)
         if counts is None:
@@ -254,6 +269,7 @@ def _families(counts: _Counts, engine: Engine | None) -> list[Metric]:
         _per_tool("tripwire_breaker_opens_total", "Times the engine opened the breaker", counts.opens),
         _duration_histogram(counts),
         turns,
+        _fleet_available(counts.fleet_available),
     ]  # fmt: skip
 
 
@@ -279,6 +295,16 @@ def _breaker_states(engine: Engine | None) -> GaugeMetricFamily:
             continue
         for each in _STATES:
             gauge.add_metric([tool, each.value], 1.0 if each is state else 0.0)
+    return gauge
+
+
+def _fleet_available(available: float | None) -> GaugeMetricFamily:
+    gauge = GaugeMetricFamily(
+        "tripwire_fleet_available",
+        "1 while the fleet's Redis answers, 0 while this process runs without it (after a fleet event)",
+    )
+    if available is not None:
+        gauge.add_metric([], available)
     return gauge
 
 

@@ -5,11 +5,13 @@ Each process keeps deciding every call on its own breaker — nothing on the cal
 the network — and a :class:`Fleet` task applies, between calls, what the fleet shares:
 
 * operator trip / reset / disable, fleet-wide, signed with the fleet's command key and
-  acknowledged by every process (:func:`send_command`, :func:`acknowledgements`);
+  acknowledged by every process (:func:`send_command`, :func:`acknowledgements`); a trip or a
+  disable stands until reset, for a process that joins later or comes back too;
 * the half-open probe: one process in the fleet holds the lease and probes; the others keep
   rejecting until it publishes the result, then close or re-open with it;
 * an advisory fleet OPEN: a tool opens everywhere once ``quorum`` processes (default 2) opened it
-  within ``window_s``, so one bad node cannot open it for the others;
+  within ``window_s``, so one bad node cannot open it for the others (a process joining within
+  that open period opens it for the rest of the period);
 * live events: every process appends its events, in batches, to a capped Redis stream
   (:func:`tail_events`); the SQLite trace store stays per process.
 

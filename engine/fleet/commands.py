@@ -1,5 +1,6 @@
 """Operator commands for the whole fleet: signed like a trace store's, sent on a Redis stream,
-applied by every process and acknowledged by each.
+applied by every process and acknowledged by each; the last command on a tool stands for it
+(:mod:`engine.fleet.overrides`).
 
 A command is the same signed content as one queued in a trace store
 (:mod:`engine.store.command_auth`: HMAC-SHA256 under a 32-byte owner-only key), with the fleet's
@@ -21,6 +22,7 @@ from typing import Any, Literal, cast
 from engine.fleet.client import Command, FleetClient
 from engine.fleet.config import FleetConfig
 from engine.fleet.keys import FleetKeys
+from engine.fleet.scripts import ACKNOWLEDGE, SEND_COMMAND
 from engine.store.command_auth import DEFAULT_EXPIRY_S, command_origin, read_key, sign, signed_content
 from engine.store.operator_commands import Acknowledgement
 from engine.store.rows import CommandRow
@@ -61,8 +63,10 @@ async def send_command(
     expires_in_s: float = DEFAULT_EXPIRY_S,
     now: float | None = None,
 ) -> SentCommand:
-    """Sign and publish ``action`` on ``tool_id`` for every process of the fleet; the sender is this
-    process as the OS names it. ``now`` is the wall clock (``time.time()`` by default)."""
+    """Sign and publish ``action`` on ``tool_id`` for every process of the fleet, and make it the
+    tool's standing operator state (one script: a process joining later applies a standing trip or
+    disable; a reset clears it); the sender is this process as the OS names it. ``now`` is the wall
+    clock (``time.time()`` by default)."""
     if action not in ACTIONS:
         raise ValueError(f"unknown fleet action {action!r}; one of {', '.join(ACTIONS)}")
     origin = command_origin()
@@ -79,7 +83,9 @@ async def send_command(
         value = mac if name == "mac" else content[name]
         fields += [name, repr(value) if isinstance(value, float) else str(value)]
     keys = FleetKeys(client.config.namespace)
-    (stream_id,) = await client.execute(("XADD", keys.commands, "MAXLEN", "~", COMMANDS_MAXLEN, "*", *fields))
+    (stream_id,) = await client.execute(
+        ("EVAL", SEND_COMMAND, 2, keys.commands, keys.override(tool_id), COMMANDS_MAXLEN, *fields)
+    )
     return SentCommand(command_id, action, tool_id, str(stream_id))
 
 
@@ -94,11 +100,11 @@ def command_row(fields: dict[str, str]) -> CommandRow:
     )  # fmt: skip
 
 
-def acknowledge(keys: FleetKeys, member_id: str, ack: Acknowledgement) -> tuple[Command, Command]:
-    """The commands that file ``member_id``'s acknowledgement under the command's id."""
+def acknowledge(keys: FleetKeys, member_id: str, ack: Acknowledgement) -> tuple[Command]:
+    """The command (one script: the record never stands without its expiry) that files
+    ``member_id``'s acknowledgement under the command's id."""
     record = json.dumps({"status": ack.status, "result": ack.result, "at": ack.at})
-    key = keys.acks(ack.command_id)
-    return ("HSET", key, member_id, record), ("PEXPIRE", key, ACK_TTL_MS)
+    return (("EVAL", ACKNOWLEDGE, 1, keys.acks(ack.command_id), member_id, record, ACK_TTL_MS),)
 
 
 @dataclass(frozen=True, slots=True)

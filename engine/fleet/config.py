@@ -87,7 +87,8 @@ class FleetConfig:
     gone_s: float = 30.0
     """...and gone after this long (its record's TTL)."""
     lease_ms: float = 10_000.0
-    """How long the half-open probe lease lasts: at least the probe's own timeout."""
+    """How long the half-open probe lease lasts without renewal: it is renewed every ``sync_ms``
+    while the probe runs, so a probe may last longer; a holder that dies frees it after this."""
     stream_maxlen: int = 10_000
     """Batches of events kept in the fleet's event stream (``XADD MAXLEN ~``)."""
     buffer_events: int = 10_000

@@ -11,8 +11,13 @@ task that, every ``sync_ms``, makes one round trip to Redis with everything due:
   ``disable`` and acknowledged), tools opened fleet-wide by a quorum (``engine.fleet_open``),
   probe results published by the lease holder (``engine.fleet_close`` / ``fleet_open``).
 
+Joining — or back after Redis was away — a process also catches up with what stands: each tool's
+standing operator command (:mod:`engine.fleet.overrides`) and a fleet-wide open whose period is
+not over (it opens the tool for what is left of that period, read with its expiry).
+
 The half-open probe is the fleet's: each breaker gets a ``probe_gate`` that admits a probe only
-while this process holds the tool's lease (``SET NX PX``, its expiry kept beside it). While
+while this process holds the tool's lease (``SET NX PX``, its expiry kept beside it; renewed while
+the probe runs, freed when the process leaves). While
 Redis is away the gates are lifted and every process decides alone (``on_unavailable=local``),
 or the configured tools are forced open until it returns (``fail_closed``); either way a
 ``FleetUnavailable`` event says so, and ``FleetRestored`` when Redis answers again.
@@ -52,9 +57,11 @@ from engine.fleet.config import FleetConfig, as_config
 from engine.fleet.health import RedisHealth
 from engine.fleet.keys import FleetKeys
 from engine.fleet.member import breaker_summary, heartbeat, this_process
-from engine.fleet.scripts import PROBE_RESULT, REPORT_OPEN, SYNC
+from engine.fleet.overrides import STANDING_ACTIONS, apply_standing, standing_due, standing_fields
+from engine.fleet.scripts import PROBE_RESULT, RELEASE_LEASE, RENEW_LEASE, REPORT_OPEN, SYNC
 from engine.store.command_auth import DEFAULT_EXPIRY_S
 from engine.store.operator_commands import Acknowledgement, CommandGuard, apply_command
+from engine.store.rows import CommandRow
 
 if TYPE_CHECKING:
     from engine.engine import Engine
@@ -75,6 +82,8 @@ _NO_KEY = (
     "this process has no fleet command key (key_file= or $TRIPWIRE_FLEET_KEY_FILE): it takes no commands"
 )
 
+_NO_COMMANDS = "this process takes no operator commands (it was started so: tripwire serve --no-commands)"
+
 Handler = Callable[[Any], None]
 FAILURES: tuple[type[Exception], ...] = (*UNAVAILABLE, redis.exceptions.RedisError)
 
@@ -84,7 +93,8 @@ class Fleet:
 
     Run it as ``async with Fleet(engine, url):`` (a task of its own until the block ends) or
     ``await task_group.start(fleet.run)``. ``key`` is the operator-command key, read from the
-    config's key file by default (none: commands are refused, all else is shared).
+    config's key file by default (none: commands are refused, all else is shared); with
+    ``commands=False`` the process refuses every operator command, key or not.
     """
 
     def __init__(
@@ -93,6 +103,7 @@ class Fleet:
         config: FleetConfig | str,
         *,
         key: bytes | None = None,
+        commands: bool = True,
         rng: random.Random | None = None,
         version: str | None = None,
     ) -> None:
@@ -102,8 +113,11 @@ class Fleet:
         self.member = this_process(version)
         self.client = FleetClient(self.config)
         self.health = RedisHealth(rng or random.Random())
-        key = key if key is not None else load_fleet_key(self.config)
-        self._guard = CommandGuard(key) if key is not None else None
+        key = key if key is not None or not commands else load_fleet_key(self.config)
+        self._guard = (
+            CommandGuard(key, key_name="the fleet's command key") if commands and key is not None else None
+        )
+        self._refusal = _NO_KEY if commands else _NO_COMMANDS
         self._outbox: deque[Event] = deque()
         """Filled by a direct subscriber (an append: calls pay nothing more), emptied by :meth:`tick`."""
         self._unsent: deque[Event] = deque()
@@ -116,7 +130,10 @@ class Fleet:
         self._seen_probe: dict[str, int] = {}
         self._baseline = True
         """Next sync only learns the epochs: a process joining (or back) never replays old decisions."""
-        self._last_command: str | None = None
+        self._last_command = ""
+        """The last command id read ("": joining, the server picks where to start)."""
+        self._applied: dict[str, tuple[int, str]] = {}
+        """Tool → the last fleet command (id, action) this process applied on it."""
         self._pending: list[Command] = []
         self._forced: set[str] = set()
         self._next_beat = 0.0
@@ -168,17 +185,21 @@ class Fleet:
                 await self.tick()
         finally:
             self._unsubscribe()
+            held = list(self._leases)
             self._lift_gates()
             with anyio.CancelScope(shield=True), anyio.move_on_after(self.config.timeout_ms / 1000.0):
-                await self._leave()
+                await self._leave(held)
             await self.client.aclose()
 
-    async def _leave(self) -> None:
-        """Flush the last events and say goodbye: a process that stops is gone, not stale."""
+    async def _leave(self, held: list[str]) -> None:
+        """Flush the last events, free the leases ``held`` and say goodbye: a process that stops is
+        gone, not stale."""
         if not self.health.available:
             return
         self._unsent.extend(self._drain())
         commands = [*self._pending, *self._event_entries(list(self._unsent))]
+        # A lease it holds is freed: the others need not wait for its expiry to probe.
+        commands += [("EVAL", RELEASE_LEASE, 1, self.keys.lease(t), self.member.id) for t in held]
         commands += [("ZREM", self.keys.members, self.member.id), ("DEL", self.keys.member(self.member.id))]
         try:
             await self.client.execute(*commands)
@@ -212,7 +233,10 @@ class Fleet:
             plan.append((beat, None))
         plan += self._lease_attempts(now)
         tools = list(self.engine.tool_ids)
-        plan.append((self._sync_command(tools), lambda reply: self._apply_sync(tools, reply)))
+        joining = self._baseline
+        plan.append(
+            (self._sync_command(tools, joining), lambda reply: self._apply_sync(tools, reply, joining))
+        )
         try:
             replies = await self.client.execute(*(command for command, _ in plan))
         except FAILURES as exc:
@@ -253,25 +277,32 @@ class Fleet:
             if event.actor != "engine" or event.reason.startswith(FLEET_REASON):
                 continue  # an operator's, or the fleet's own: nothing new to tell
             tool = event.tool_id
+            if tool not in self.engine.tool_ids:
+                self._leases.pop(tool, None)
+                continue  # unregistered since: nothing to tell about it
             if isinstance(event, BreakerOpened) and event.from_state is BreakerState.CLOSED:
                 self._pending.append(self._report_open(tool))
             elif event.from_state is BreakerState.HALF_OPEN and self._leases.pop(tool, None) is not None:
                 outcome = "closed" if isinstance(event, BreakerClosed) else "opened"
                 self._pending.append(self._probe_result(tool, outcome))
 
+    def _open_ms(self, tool: str) -> int:
+        """The tool's open period here: how long a fleet-wide open it starts stands."""
+        return max(int(self.engine.breaker(tool).config.timeout_ms), 1)
+
     def _report_open(self, tool: str) -> Command:
         keys = self.keys
-        window_ms = int(self.config.window_s * 1000)
+        window_ms = max(int(self.config.window_s * 1000), 1)
         return (
-            "EVAL", REPORT_OPEN, 3, keys.opens(tool), keys.tool(tool), keys.quorum(tool),
-            self.member.id, window_ms, self.config.quorum,
+            "EVAL", REPORT_OPEN, 4, keys.opens(tool), keys.tool(tool), keys.quorum(tool),
+            keys.fleet_open(tool), self.member.id, window_ms, self.config.quorum, self._open_ms(tool),
         )  # fmt: skip
 
     def _probe_result(self, tool: str, outcome: str) -> Command:
         keys = self.keys
         return (
-            "EVAL", PROBE_RESULT, 4, keys.lease(tool), keys.tool(tool), keys.opens(tool), keys.quorum(tool),
-            self.member.id, outcome,
+            "EVAL", PROBE_RESULT, 5, keys.lease(tool), keys.tool(tool), keys.opens(tool), keys.quorum(tool),
+            keys.fleet_open(tool), self.member.id, outcome, self._open_ms(tool),
         )  # fmt: skip
 
     def _event_entries(self, batch: list[Event]) -> list[Command]:
@@ -340,61 +371,131 @@ class Fleet:
         self._leases.clear()
 
     def _lease_attempts(self, now: float) -> list[tuple[Command, Handler | None]]:
+        """Ask for the lease of each half-open tool, and renew the lease of each probe running.
+
+        Renewed while the probe runs rather than sized to the tool's timeout: a probe's length
+        has no bound that the fleet knows (a tool without a timeout, a stream, an idle timeout
+        that progress extends), and a short lease still frees the fleet soon after a prober dies.
+        """
         attempts: list[tuple[Command, Handler | None]] = []
-        lease_ms = int(self.config.lease_ms)
+        lease_ms = max(int(self.config.lease_ms), 1)
+        until = now + lease_ms / 1000.0  # counted from before we ask
         for tool in list(self.engine.tool_ids):
-            if self.engine.breaker(tool).state is BreakerState.HALF_OPEN and not self.holds_lease(tool):
-                command = ("SET", self.keys.lease(tool), self.member.id, "NX", "PX", lease_ms)
-                attempts.append((command, self._on_lease(tool, now + lease_ms / 1000.0)))
+            breaker = self.engine.breaker(tool)
+            if breaker.state is not BreakerState.HALF_OPEN:
+                continue
+            key = self.keys.lease(tool)
+            if breaker.probe_in_flight and tool in self._leases:
+                command: Command = ("EVAL", RENEW_LEASE, 1, key, self.member.id, lease_ms)
+                attempts.append((command, self._on_lease(tool, until, renewing=True)))
+            elif not self.holds_lease(tool):
+                command = ("SET", key, self.member.id, "NX", "PX", lease_ms)
+                attempts.append((command, self._on_lease(tool, until, renewing=False)))
         return attempts
 
-    def _on_lease(self, tool: str, until: float) -> Handler:
+    def _on_lease(self, tool: str, until: float, *, renewing: bool) -> Handler:
         def handle(reply: Any) -> None:
-            if reply:  # the lease is ours until ``until`` (counted from before we asked)
+            if reply:  # the lease is ours until ``until``
                 self._leases[tool] = until
+            elif renewing:  # another process holds it now: its probe decides
+                self._leases.pop(tool, None)
 
         return handle
 
     # --- what happened elsewhere ---------------------------------------------------------
 
-    def _sync_command(self, tools: list[str]) -> Command:
-        if self._last_command is None:  # joining: the commands that may still be valid
-            self._last_command = f"{int((time.time() - DEFAULT_EXPIRY_S) * 1000)}-0"
+    def _sync_command(self, tools: list[str], joining: bool) -> Command:
         keys = self.keys
         return (
-            "EVAL", SYNC, 1 + 2 * len(tools), keys.commands,
+            "EVAL", SYNC, 1 + 4 * len(tools), keys.commands,
             *(keys.tool(t) for t in tools), *(keys.lease(t) for t in tools),
-            self._last_command, len(tools),
+            *(keys.fleet_open(t) for t in tools), *(keys.override(t) for t in tools),
+            self._last_command, len(tools), int(joining), int(DEFAULT_EXPIRY_S * 1000),
         )  # fmt: skip
 
-    def _apply_sync(self, tools: list[str], reply: Any) -> None:
-        _, _, commands, states = reply
+    def _apply_sync(self, tools: list[str], reply: Any, joining: bool) -> None:
+        _, _, commands, states, start = reply
         # Stream ids start with the server's time in ms: after Redis restarted empty, new commands
         # still come after the last id read, so nothing is missed.
+        self._last_command = self._last_command or str(start)
         for entry_id, flat in commands:
-            self._last_command = entry_id
+            self._last_command = str(entry_id)
             self._apply_command(dict(zip(flat[::2], flat[1::2], strict=True)))
-        baseline, self._baseline = self._baseline, False
+        if self._baseline and not joining:
+            return  # back during this round trip: the next one re-joins, standing state and all
+        self._baseline = False
         for tool, state in zip(tools, states, strict=True):
-            open_epoch, open_count, probe_epoch, outcome, by, holder = state
-            if holder != self.member.id:
-                self._leases.pop(tool, None)
-            opened, probed = int(open_epoch), int(probe_epoch)
-            seen_open, seen_probe = self._seen_open.get(tool), self._seen_probe.get(tool)
-            self._seen_open[tool], self._seen_probe[tool] = opened, probed
-            if baseline or seen_open is None or seen_probe is None:
-                continue  # epochs learnt, nothing replayed (a vanished key reads 0: learnt too)
-            if opened > seen_open and self.engine.breaker(tool).state is BreakerState.CLOSED:
-                self.engine.fleet_open(
+            if tool not in self.engine.tool_ids:
+                continue  # unregistered during the round trip
+            try:
+                self._apply_tool(tool, state, joining)
+            except (TypeError, ValueError) as exc:  # a value nobody of ours wrote: no opinion
+                log.warning("fleet: unreadable shared state of %r skipped: %s", tool, one_line(repr(exc)))
+        if joining:
+            self._release_forced()
+
+    def _apply_tool(self, tool: str, state: Any, joining: bool) -> None:
+        open_epoch, open_count, probe_epoch, outcome, by, holder, open_ms, standing = state
+        opened, probed, left_ms = int(open_epoch), int(probe_epoch), int(open_ms)  # before any change
+        if holder != self.member.id:
+            self._leases.pop(tool, None)
+        seen_open, seen_probe = self._seen_open.get(tool), self._seen_probe.get(tool)
+        self._seen_open[tool], self._seen_probe[tool] = opened, probed
+        if joining:  # epochs learnt, nothing replayed (a vanished key reads 0: learnt too)...
+            self._take_standing(tool, standing_fields(standing))
+            if left_ms > 0 and self.engine.breaker(tool).state is BreakerState.CLOSED:
+                # ...but what stands is caught up with: the fleet's open period is not over.
+                self._open_with_fleet(
                     tool,
-                    f"{FLEET_REASON}{open_count} processes opened it within {self.config.window_s:g}s "
-                    f"(quorum {self.config.quorum})",
+                    f"{FLEET_REASON}open fleet-wide when this process joined ({open_count} processes "
+                    f"opened it within {self.config.window_s:g}s, quorum {self.config.quorum}); "
+                    f"{left_ms / 1000:.1f}s of its open period left",
+                    left_ms,
                 )
-            if probed > seen_probe and by != self.member.id:
-                if outcome == "closed":
-                    self.engine.fleet_close(tool, f"{FLEET_REASON}the half-open probe of {by} succeeded")
-                elif self.engine.breaker(tool).state is BreakerState.HALF_OPEN:
-                    self.engine.fleet_open(tool, f"{FLEET_REASON}the half-open probe of {by} failed")
+            return
+        if seen_open is None or seen_probe is None:
+            return  # a tool registered since the last sync: its epochs learnt
+        if opened > seen_open and self.engine.breaker(tool).state is BreakerState.CLOSED:
+            self._open_with_fleet(
+                tool,
+                f"{FLEET_REASON}{open_count} processes opened it within {self.config.window_s:g}s "
+                f"(quorum {self.config.quorum})",
+                left_ms,
+            )
+        if probed > seen_probe and by != self.member.id:
+            if outcome == "closed":
+                self.engine.fleet_close(tool, f"{FLEET_REASON}the half-open probe of {by} succeeded")
+            elif self.engine.breaker(tool).state is BreakerState.HALF_OPEN:
+                self._open_with_fleet(tool, f"{FLEET_REASON}the half-open probe of {by} failed", left_ms)
+
+    def _open_with_fleet(self, tool: str, reason: str, left_ms: int) -> None:
+        """Open ``tool`` as the fleet did; it half-opens when the fleet's open period ends, ``left_ms``
+        from now by the server's reading (none, negative: after the tool's own open period)."""
+        if self.engine.fleet_open(tool, reason) and left_ms > 0:
+            # The rest of the fleet's period, not a fresh one of our own: the processes half-open
+            # together, and a TTL is never held here without its expiry. The engine's timer
+            # re-plans from this when the opening wakes it.
+            self.engine.breaker(tool).half_open_at = current_time() + left_ms / 1000.0
+
+    def _take_standing(self, tool: str, fields: dict[str, str]) -> None:
+        """Apply ``tool``'s standing operator command, if it is due here."""
+        if not fields:
+            return  # none, or a vanished record: no opinion
+        try:
+            command = command_row(fields)
+        except (KeyError, ValueError) as exc:
+            log.warning("fleet: unreadable standing command of %r skipped: %s", tool, one_line(repr(exc)))
+            return
+        if command.tool_id != tool:
+            return  # filed under another tool's key: not this tool's
+        if not standing_due(command, self.engine.breaker(tool).state, self._applied.get(tool)):
+            return
+        now = self.engine.wall_clock()
+        if self._guard is None:
+            ack = Acknowledgement(command.id, "refused", self._refusal, now)
+        else:
+            ack = apply_standing(self.engine, command, self._guard, now)
+        self._acknowledge(command, ack, "standing ")
 
     def _apply_command(self, fields: dict[str, str]) -> None:
         try:
@@ -402,17 +503,35 @@ class Fleet:
         except (KeyError, ValueError) as exc:
             log.warning("fleet: unreadable operator command skipped: %s", one_line(repr(exc)))
             return
+        if self._applied.get(command.tool_id, (None, ""))[0] == command.id:
+            return  # applied already, as the tool's standing command
         if self._guard is None:
-            ack = Acknowledgement(command.id, "refused", _NO_KEY, self.engine.wall_clock())
+            ack = Acknowledgement(command.id, "refused", self._refusal, self.engine.wall_clock())
         else:
             ack = apply_command(self.engine, command, self._guard)
+        self._acknowledge(command, ack)
+
+    def _acknowledge(self, command: CommandRow, ack: Acknowledgement, kind: str = "") -> None:
+        if ack.status == "applied":
+            self._applied[command.tool_id] = (command.id, command.action)
         level = logging.INFO if ack.status == "applied" else logging.WARNING
-        log.log(level, "fleet command %d (%s %s): %s %s", ack.command_id, command.action, command.tool_id,
-                ack.status, ack.result)  # fmt: skip
+        log.log(level, "fleet %scommand %d (%s %s): %s %s", kind, ack.command_id, command.action,
+                command.tool_id, ack.status, ack.result)  # fmt: skip
         self.acknowledged = [*self.acknowledged[-99:], ack]
         self._pending += acknowledge(self.keys, self.member.id, ack)
 
     # --- Redis away and back -------------------------------------------------------------
+
+    def _release_forced(self) -> None:
+        """Reset the tools forced open while Redis was away, but those the fleet's operators
+        tripped or disabled meanwhile (their standing command was just applied)."""
+        for tool in sorted(self._forced):
+            applied = self._applied.get(tool)
+            if applied is not None and applied[1] in STANDING_ACTIONS:
+                continue
+            if tool in self.engine.tool_ids and self.engine.breaker(tool).state is BreakerState.FORCED_OPEN:
+                self.engine.reset(tool, actor=FLEET_ACTOR, reason=f"{FLEET_REASON}Redis is back")
+        self._forced.clear()
 
     def _became_unavailable(self) -> None:
         self._lift_gates()  # every process decides alone now
@@ -432,10 +551,8 @@ class Fleet:
         self.engine.publish(event)
 
     def _restored(self, down_s: float) -> None:
-        for tool in sorted(self._forced):
-            if tool in self.engine.tool_ids and self.engine.breaker(tool).state is BreakerState.FORCED_OPEN:
-                self.engine.reset(tool, actor=FLEET_ACTOR, reason=f"{FLEET_REASON}Redis is back")
-        self._forced.clear()
+        # The tools forced open stay so until the next round trip brings the standing state
+        # (:meth:`_release_forced`): one the operators tripped meanwhile is never closed between.
         self._install_gates()  # the probe is the fleet's again
         self._baseline = True
         self._next_beat = 0.0

@@ -16,6 +16,8 @@ key                      type        holds
 ``opens:<tool>``         sorted set  member id → when it opened the tool (server ms; TTL window)
 ``quorum:<tool>``        string      set while a fleet-wide open stands (TTL window)
 ``lease:<tool>``         string      the member holding the half-open probe lease (TTL lease_ms)
+``fleet_open:<tool>``    string      set while the fleet-wide open period lasts (TTL: that period)
+``override:<tool>``      hash        the fleet's last operator command on the tool, signed (no TTL)
 =======================  ==========  ======================================================
 """
 
@@ -63,6 +65,12 @@ class FleetKeys:
 
     def lease(self, tool_id: str) -> str:
         return self.prefix + "lease:" + tool_id
+
+    def fleet_open(self, tool_id: str) -> str:
+        return self.prefix + "fleet_open:" + tool_id
+
+    def override(self, tool_id: str) -> str:
+        return self.prefix + "override:" + tool_id
 
 
 __all__ = ["FleetKeys"]

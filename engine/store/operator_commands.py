@@ -80,18 +80,22 @@ class CommandGuard:
     as expired anyway, and a wall clock set back a little does not let it through again).
     """
 
-    def __init__(self, key: bytes, *, max_expiry_s: float = MAX_EXPIRY_S) -> None:
+    def __init__(
+        self, key: bytes, *, max_expiry_s: float = MAX_EXPIRY_S, key_name: str = "the store's command key"
+    ) -> None:
         self.key = key
         self.max_expiry_s = max_expiry_s
+        self.key_name = key_name
+        """How refusals name the key (a fleet's guard says "the fleet's command key")."""
         self._taken: dict[int, float] = {}
         """Command id → its expiry."""
 
     def refusal(self, command: CommandRow, now: float) -> str | None:
         """Why ``command`` must not be applied at ``now`` (the engine's wall clock), or None."""
         if not command.mac:
-            return "unsigned: it carries no MAC (only a holder of the store's command key may command)"
+            return f"unsigned: it carries no MAC (only a holder of {self.key_name} may command)"
         if not verify(self.key, command):
-            return "forged or altered: its MAC does not match its content under the store's command key"
+            return f"forged or altered: its MAC does not match its content under {self.key_name}"
         # Signed with our key: the fields are the types the sender wrote.
         if command.id in self._taken:
             return f"replayed: command {command.id} was taken already"

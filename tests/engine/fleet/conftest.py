@@ -9,84 +9,20 @@ directory, killed at teardown; a test that kills Redis gets a server of its own.
 
 from __future__ import annotations
 
-import shutil
-import socket
-import subprocess
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
-import redis
 
-REDIS_SERVER = shutil.which("redis-server")
-START_TIMEOUT_S = 5.0
+from tests.redis_server import REDIS_SERVER, RedisServer, running_redis
 
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-class RedisServer:
-    """One ``redis-server`` process: :meth:`kill` it and :meth:`start` it again on the same port
-    (empty: nothing is saved)."""
-
-    def __init__(self, directory: Path, password: str | None = None) -> None:
-        assert REDIS_SERVER is not None
-        self.directory = directory
-        self.password = password
-        self.port = _free_port()
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def url(self, namespace: str, **params: Any) -> str:
-        auth = f"default:{self.password}@" if self.password else ""
-        query = "&".join(f"{k}={v}" for k, v in {"namespace": namespace, **params}.items())
-        return f"redis://{auth}127.0.0.1:{self.port}/0?{query}"
-
-    def client(self) -> redis.Redis:
-        return redis.Redis(port=self.port, password=self.password, decode_responses=True)
-
-    def start(self) -> None:
-        command = [
-            str(REDIS_SERVER), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-            "--appendonly", "no", "--dir", str(self.directory),
-        ]  # fmt: skip
-        if self.password:
-            command += ["--requirepass", self.password]
-        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        client = self.client()
-        while True:
-            try:
-                if client.ping():
-                    break
-            except redis.exceptions.ConnectionError:
-                pass
-            assert self.process.poll() is None, f"redis-server exited with {self.process.returncode}"
-            assert time.monotonic() < deadline, f"redis-server not answering within {START_TIMEOUT_S:g}s"
-            time.sleep(0.01)
-        client.close()
-
-    def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(timeout=5)
-        self.process = None
+__all__ = ["REDIS_SERVER", "RedisServer", "eventually"]
 
 
 def _server(tmp_path_factory: pytest.TempPathFactory, password: str | None = None) -> Iterator[RedisServer]:
-    if REDIS_SERVER is None:
-        pytest.skip("no redis-server binary on PATH: install Debian's redis-server to run the fleet tests")
-    server = RedisServer(tmp_path_factory.mktemp("redis"), password)
-    server.start()
-    try:
+    with running_redis(tmp_path_factory.mktemp("redis"), password) as server:
         yield server
-    finally:
-        server.kill()
 
 
 @pytest.fixture(scope="module")

@@ -53,9 +53,13 @@ class Service:
     def __init__(self) -> None:
         self.up = True
         self.calls = 0
+        self.delay_s = 0.0
+        """How long each call takes (a slow probe)."""
 
     async def __call__(self) -> str:
         self.calls += 1
+        if self.delay_s:
+            await anyio.sleep(self.delay_s)
         if not self.up:
             raise ConnectionError("search backend unreachable")
         return "ok"
@@ -73,7 +77,9 @@ class Node:
         return self.engine.breaker(tool).state
 
 
-async def fleet_of(stack: AsyncExitStack, count: int, url: str, key: bytes | None = None) -> list[Node]:
+async def fleet_of(
+    stack: AsyncExitStack, count: int, url: str, key: bytes | None = None, *, commands: bool = True
+) -> list[Node]:
     """``count`` processes of the fleet at ``url``, leaving it as ``stack`` unwinds. The engines
     are all made first: started ones run in the test's own stack, which must nest around the
     fleets' task groups."""
@@ -85,7 +91,7 @@ async def fleet_of(stack: AsyncExitStack, count: int, url: str, key: bytes | Non
         engine.register("search", service)
         engine.register("lookup", lookup)
         events = recorded(engine)
-        fleet = await stack.enter_async_context(Fleet(engine, url, key=key))
+        fleet = await stack.enter_async_context(Fleet(engine, url, key=key, commands=commands))
         nodes.append(Node(engine, fleet, service, events))
     return nodes
 
@@ -181,6 +187,29 @@ async def test_a_failed_probe_reopens_the_others(
         await prober.engine.try_call("search")  # the probe fails
         await eventually(lambda: other.state() is BreakerState.OPEN, "the other re-opened")
         assert other.events.of("BreakerOpened")[-1].reason.startswith("fleet: the half-open probe of")
+
+
+async def test_a_process_that_takes_no_commands_refuses_a_signed_trip_and_says_why(
+    redis_server: RedisServer, request: pytest.FixtureRequest
+) -> None:
+    key = os.urandom(32)
+    url = redis_server.url(namespace(request), **FAST)
+    async with AsyncExitStack() as stack:
+        (node,) = await fleet_of(stack, 1, url, key, commands=False)  # as `tripwire serve --no-commands`
+        client = FleetClient(parse_fleet_url(url))
+        try:
+            sent = await send_command(client, "trip", "lookup", key=key, reason="maintenance")
+            acks: dict[str, Any] = {}
+            deadline = time.monotonic() + 3
+            while not acks:
+                assert time.monotonic() < deadline, "no acknowledgement"
+                acks = dict(await acknowledgements(client, sent.id))
+            (ack,) = acks.values()
+            assert ack.status == "refused"
+            assert ack.result.startswith("this process takes no operator commands")
+            assert node.state("lookup") is BreakerState.CLOSED
+        finally:
+            await client.aclose()
 
 
 async def test_an_operator_trip_reaches_every_process_and_each_acknowledges(

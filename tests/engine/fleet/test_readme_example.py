@@ -1,5 +1,4 @@
-"""The README's fleet example (/tmp/readme/fleet_core.md, "### The fleet"), run as written against
-this module's Redis: ``EXAMPLE`` is the example's code, character for character."""
+"""README's fleet example, run as written against this module's Redis."""
 
 from __future__ import annotations
 
@@ -7,30 +6,9 @@ import contextlib
 import io
 
 from tests.engine.fleet.conftest import RedisServer
+from tests.readme_examples import readme_example
 
-EXAMPLE = """\
-import anyio
-from engine import Engine, ToolManifest
-from engine.fleet import Fleet, read_fleet
-
-URL = "redis://localhost:6379/0?namespace=demo"
-
-
-async def search(query: str) -> str:
-    return f"results for {query}"
-
-
-async def main() -> None:
-    engine = Engine([ToolManifest(id="search")])
-    engine.register("search", search)
-    async with engine, Fleet(engine, URL):
-        print(await engine.call("search", query="tripwire"))
-        view = await read_fleet(URL)
-        print(view.tools["search"].states)
-
-
-anyio.run(main)
-"""
+EXAMPLE = readme_example("## A fleet of processes (Redis)")
 
 
 def test_the_readme_example_joins_a_fleet_and_reads_it(redis_server: RedisServer) -> None:

@@ -21,10 +21,11 @@ from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from engine import BreakerConfig, Engine, RetryPolicy, ToolError, ToolManifest
+from engine.events import FleetRestored, FleetUnavailable
 from engine.exporters.prometheus import UNKNOWN_TOOL_LABEL, PrometheusMetrics, start_metrics_server
 from engine.kinds import ErrorKind
 from engine.turn import ToolCall, Turn
-from tests.engine.conftest import Scripted, hang, make_engine, new_engine, recorded
+from tests.engine.conftest import WALL, Scripted, hang, make_engine, new_engine, recorded
 from tests.readme_examples import readme_example
 
 pytestmark = pytest.mark.anyio
@@ -154,6 +155,21 @@ async def test_the_breaker_opening_rejecting_and_closing_shows_in_counters_and_s
     assert states(samples, "api") == {**dict.fromkeys(STATES, 0.0), "CLOSED": 1.0}, "read when scraped"
     assert metric(samples, "tripwire_breaker_opens_total", tool="api") == 1
     assert metric(samples, "tripwire_calls_total", tool="api", outcome="ok") == 1
+
+
+async def test_the_fleet_gauge_says_whether_redis_answers_once_a_fleet_event_was_seen() -> None:
+    engine = await new_engine()
+    _, registry = attached(engine)
+    gauge = ("tripwire_fleet_available", frozenset[tuple[str, str]]())
+    assert gauge not in scrape(registry), "no fleet, or one whose Redis always answered: no gauge"
+
+    # What a Fleet publishes when its Redis stops answering, and when it answers again.
+    where = "redis.internal:6379/0"
+    down = FleetUnavailable(at=WALL, t=0.0, namespace="prod", server=where, error="refused", policy="local")
+    engine.publish(down)
+    assert scrape(registry)[gauge] == 0
+    engine.publish(FleetRestored(at=WALL, t=1.0, namespace="prod", server=where, down_s=1.0))
+    assert scrape(registry)[gauge] == 1
 
 
 async def test_a_turn_counts_its_outcome_and_its_calls_cascades_without_any_call_or_turn_id() -> None:
