@@ -45,8 +45,11 @@ import pytest
 
 from console.cli import main
 from console.cli.breaker import FleetOutcome, fleet_answer
+from console.fleet_app import FleetConsoleApp
+from console.fleet_source import FleetLink
+from console.widgets.item_table import ItemTable
 from engine.events import BreakerOpened, Event, FleetRestored, FleetUnavailable
-from engine.fleet import FleetAck, FleetView, read_fleet
+from engine.fleet import FleetAck, FleetView, parse_fleet_url, read_fleet
 from engine.store import TraceStore
 from tests.polling import wait_for
 from tests.redis_server import RedisServer, running_redis
@@ -182,6 +185,27 @@ def states(url: str) -> dict[str, int]:
     return view.tools["backend"].states if "backend" in view.tools else {}
 
 
+def console_sees(url: str, row: tuple[str, str, str], status: str) -> None:
+    """An attached console (the real app, headless at 80×24) shows ``row`` — tool, fleet state,
+    processes per state — on its fleet board and ``status`` in its status bar, within 10 s."""
+
+    async def look() -> None:
+        app = FleetConsoleApp(FleetLink(parse_fleet_url(url), poll_s=0.05), actor="operator:test")
+        async with app.run_test(size=(80, 24)) as pilot:
+            deadline = time.monotonic() + 10
+
+            def shown() -> bool:
+                table = app.screen.query_one("#fleet-tools", ItemTable)
+                rows = [tuple(str(c) for c in cells) for _, cells in table.items]
+                return (row in [(r[0], r[1], r[5]) for r in rows]) and status in str(app.status_text())
+
+            while not shown():
+                assert time.monotonic() < deadline, f"the console never showed {row} and {status!r}"
+                await pilot.pause(0.05)
+
+    anyio.run(look)
+
+
 RUNNING: list[Member] = []
 """The processes that must be running while the test waits: one that died fails the wait at once."""
 
@@ -276,6 +300,7 @@ def test_four_served_processes_share_outages_probes_commands_and_survive_redis(
         assert {(p["status"], p["state"]) for p in answer["processes"]} == {("applied", "FORCED_OPEN")}
         assert {int(p["member"].split(":")[1]) for p in answer["processes"]} == set(pid_of)
         until(lambda: states(url) == {"FORCED_OPEN": 4}, "FORCED_OPEN everywhere")
+        console_sees(url, ("backend", "FORCED_OPEN", "4 forced"), "4 live")
         status, out, err = breaker(capsys, "reset", "backend", "--attach", url, "--reason", "done")
         assert (status, err) == (0, "")
         assert out.startswith("backend: reset applied by 4 of 4 live processes (command ")
