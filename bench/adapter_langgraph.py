@@ -31,26 +31,24 @@ thread, and CPU time is steadier on a shared machine.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import platform
 import random
 import statistics
-import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
+import llm_executor
 from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
 from langgraph._internal._constants import CONFIG_KEY_RUNTIME  # ToolNode needs a runtime outside a graph
 from langgraph.prebuilt import ToolNode
 from langgraph.runtime import DEFAULT_RUNTIME
+from llm_executor import CLOCKS, Runner, per_call_us  # the same timing as the executor's bench
+from llm_executor import TOOLS as PLAIN  # zero-latency stand-ins for the langchain tools, same names
 
 from engine import Engine, ToolCallExecutor, ToolManifest
 from engine.adapters.langgraph import TripwireToolNode
-
-Runner = Callable[[], Awaitable[object]]
 
 
 @tool
@@ -87,29 +85,6 @@ def messages(calls: int, fail_every: int) -> tuple[AIMessage, dict[str, Any]]:
         ],
     }
     return ai, openai
-
-
-CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
-clock = time.process_time
-
-
-async def per_call_us(run: Runner, batches: int, calls: int) -> float:
-    gc.collect()
-    start = clock()
-    for _ in range(batches):
-        await run()
-    return (clock() - start) / (batches * calls) * 1e6
-
-
-async def plain_lookup(city: str, n: int = 0) -> dict[str, Any]:
-    return {"city": city, "n": n, "temperature_c": 21.5}
-
-
-async def plain_broken(city: str, n: int = 0) -> dict[str, Any]:
-    raise ValueError(f"no station near {city!r}")
-
-
-PLAIN = {"lookup": plain_lookup, "broken": plain_broken}
 
 
 async def interleaved(
@@ -178,8 +153,7 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args()
-    global clock
-    clock = CLOCKS[args.clock]
+    llm_executor.clock = CLOCKS[args.clock]  # what per_call_us reads
     results = {
         "adapter": summary(
             anyio.run(

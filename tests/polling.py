@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import anyio
 from textual.pilot import Pilot
 
 from console.app import ConsoleApp
@@ -21,6 +22,15 @@ def wait_for(condition: Callable[[], object], what: str = "condition", timeout: 
     while not condition():
         assert time.monotonic() < deadline, f"{what}: not within {timeout:g}s"
         time.sleep(0.01)
+
+
+async def eventually(condition: Callable[[], object], what: str = "condition", timeout: float = 5.0) -> None:
+    """:func:`wait_for` on the event loop: poll every 10 ms (other tasks run meanwhile) until
+    ``condition`` holds, for at most ``timeout`` real seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout:g}s"
+        await anyio.sleep(0.01)
 
 
 async def until(pilot: Pilot[None], condition: Callable[[], bool], timeout: float = 10.0) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,6 +16,8 @@ from typing import Any
 
 import pytest
 import redis
+
+from tests.polling import wait_for
 
 REDIS_SERVER = shutil.which("redis-server")
 START_TIMEOUT_S = 5.0
@@ -56,17 +57,16 @@ class RedisServer:
         if self.password:
             command += ["--requirepass", self.password]
         self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + START_TIMEOUT_S
         client = self.client()
-        while True:
+
+        def answering() -> bool:
+            assert self.process is not None and self.process.poll() is None, "redis-server exited"
             try:
-                if client.ping():
-                    break
+                return bool(client.ping())
             except redis.exceptions.ConnectionError:
-                pass
-            assert self.process.poll() is None, f"redis-server exited with {self.process.returncode}"
-            assert time.monotonic() < deadline, f"redis-server not answering within {START_TIMEOUT_S:g}s"
-            time.sleep(0.01)
+                return False
+
+        wait_for(answering, "redis-server answering", START_TIMEOUT_S)
         client.close()
 
     def kill(self) -> None:

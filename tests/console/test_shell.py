@@ -7,15 +7,13 @@ a scripted link, and the command line on a real trace store.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.pilot import Pilot
 from textual.widgets._footer import FooterKey
 
 from console.app import ConsoleApp
@@ -34,6 +32,7 @@ from engine.breaker import BreakerState
 from engine.store import TraceStore
 from tests.console.demo_feed import demo_store
 from tests.console.fakes import FakeLink, manifest
+from tests.polling import until
 
 ESSENTIAL = ["? Help", "q Quit", "t Trip", "r Reset"]
 
@@ -190,14 +189,6 @@ def built(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[ConsoleApp]]:
 def a_turn(store: Path) -> str:
     with TraceStore(store, readonly=True) as opened:
         return opened.list_turns(limit=1).rows[0].turn_id
-
-
-async def until(pilot: Pilot[None], condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    """The replay loads on a worker thread: wait for it, boundedly."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await pilot.pause(0.02)
 
 
 @pytest.mark.asyncio

@@ -100,7 +100,7 @@ class Service:
                 with service.lock:
                     service.requests.append(request)
                     up, delay_s = service.up, service.delay_s
-                time.sleep(delay_s)
+                time.sleep(delay_s)  # the backend being slow (a probe that lasts), not a timing check
                 request.ok = up
                 self.send_response(200 if up else 503)
                 self.send_header("Content-Length", "2")

@@ -9,12 +9,11 @@ directory, killed at teardown; a test that kills Redis gets a server of its own.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
-import anyio
 import pytest
 
+from tests.polling import eventually
 from tests.redis_server import REDIS_SERVER, RedisServer, running_redis
 
 __all__ = ["REDIS_SERVER", "RedisServer", "eventually"]
@@ -42,11 +41,3 @@ def anyio_backend(request: pytest.FixtureRequest) -> str:
     """Real clocks: Redis is a real server (see the module docstring)."""
     backend: str = request.param
     return backend
-
-
-async def eventually(condition: Callable[[], object], what: str, timeout: float = 5.0) -> None:
-    """Poll ``condition`` every 10 ms, on the loop, until it holds: at most ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"{what}: not within {timeout:g}s"
-        await anyio.sleep(0.01)

@@ -15,7 +15,7 @@ import os
 import sys
 import threading
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,7 @@ from engine import (
 from engine.adapters.mcp import MCPNotSent, MCPToolError, MCPToolset, tripwire_name
 from engine.engine import Engine
 from tests.engine.conftest import new_engine, recorded
+from tests.polling import eventually
 from tests.readme_examples import readme_example
 
 pytestmark = pytest.mark.anyio
@@ -111,14 +112,6 @@ async def mcp_tools(connection: Connection, engine: Engine, **options: Any) -> A
             yield toolset
     finally:
         connection.handler = None
-
-
-async def until(condition: Callable[[], bool], what: str, timeout: float = 5.0) -> None:
-    """Wait (real time, bounded) for something the server does on its own."""
-    with anyio.fail_after(timeout):
-        while not condition():
-            await anyio.sleep(0.01)
-    assert condition(), what
 
 
 def key() -> str:
@@ -333,14 +326,14 @@ async def test_list_changed_registers_new_tools_and_retires_vanished_ones(server
 
     async with mcp_tools(server, engine, message_handler=handler) as toolset:
         assert await engine.call("fl.grow", name=added) == f"added {added}"
-        await until(lambda: f"fl.{added}" in engine.tools, "the added tool registered")
+        await eventually(lambda: f"fl.{added}" in engine.tools, "the added tool registered")
         assert await engine.call(f"fl.{added}", x=21) == "42"
         await engine.call("fl.grow", name=clash)
-        await until(lambda: f"fl.{added}_2" in engine.tools, "the clashing name registered")
+        await eventually(lambda: f"fl.{added}_2" in engine.tools, "the clashing name registered")
         assert toolset.names[f"fl.{added}_2"] == clash
         await engine.call("fl.shrink", name=added)
         await engine.call("fl.shrink", name=clash)
-        await until(lambda: not {f"fl.{added}", f"fl.{added}_2"} & set(engine.tools), "both retired")
+        await eventually(lambda: not {f"fl.{added}", f"fl.{added}_2"} & set(engine.tools), "both retired")
         gone = await engine.try_call(f"fl.{added}", x=1)
         assert gone.error is not None and gone.error.kind is ErrorKind.UNKNOWN_TOOL
         assert set(toolset.names.values()) == TOOLS
