@@ -179,7 +179,11 @@ class FleetLink:
     async def _poll_forever(self) -> None:
         try:
             while True:
-                await self.poll()
+                try:
+                    await self.poll()
+                except Exception as exc:  # a defect: shown and logged, never a console frozen in silence
+                    log.exception("fleet console: reading the fleet failed")
+                    self._error = one_line(f"unexpected {type(exc).__name__}: {exc}")[:200]
                 await anyio.sleep(self.poll_s)
         finally:
             with anyio.CancelScope(shield=True):

@@ -33,8 +33,15 @@ async def eventually(condition: Callable[[], object], what: str = "condition", t
         await anyio.sleep(0.01)
 
 
-async def until(pilot: Pilot[None], condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    """Flush the console and look, every 20 ms, until ``condition`` holds (at most ``timeout`` s)."""
+async def until(
+    pilot: Pilot[None],
+    condition: Callable[[], bool],
+    timeout: float = 10.0,
+    *,
+    seen: Callable[[], object] | None = None,
+) -> None:
+    """Flush the console and look, every 20 ms, until ``condition`` holds (at most ``timeout`` s);
+    on failure, say what ``seen`` returned last."""
     app = pilot.app
     assert isinstance(app, ConsoleApp)
     deadline = time.monotonic() + timeout
@@ -42,5 +49,7 @@ async def until(pilot: Pilot[None], condition: Callable[[], bool], timeout: floa
         app.flush()
         if condition():
             return
-        assert time.monotonic() < deadline, f"condition not met within {timeout:g}s"
+        if time.monotonic() >= deadline:
+            last = f"; seen: {seen()!r}" if seen is not None else ""
+            raise AssertionError(f"condition not met within {timeout:g}s{last}")
         await pilot.pause(0.02)
