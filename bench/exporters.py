@@ -6,13 +6,15 @@ One asyncio loop calls a zero-latency async tool through ``engine.call`` outside
 bench/call_overhead.py does, in these set-ups:
 
 * ``events on``: a direct subscriber appending to a deque (call_overhead.py's "events on");
-* ``+ OTel``: :class:`engine.exporters.otel.OtelExporter` on the SDK — a ``TracerProvider`` with a
-  ``BatchSpanProcessor`` whose exporter drops the spans (the cost of encoding and sending them is
-  the SDK exporter's, not ours) and a ``MeterProvider`` with an in-memory reader (the
-  ``gen_ai.execute_tool.duration`` histogram);
-* ``+ OTel spans only``: the same without the metric (a no-op meter provider);
+* ``+ OTel``: :class:`engine.exporters.otel.OtelExporter` given the exporters — a ``SpanExporter``
+  that drops the spans (encoding and sending them is the exporter's cost, not ours), handed them in
+  batches, and a ``MetricExporter`` that drops the ``gen_ai.execute_tool.duration`` histogram,
+  aggregated by tripwire;
+* ``+ OTel through the SDK's pipeline``: the same exporter behind a ``TracerProvider``'s
+  ``BatchSpanProcessor``, and the histogram recorded call by call on a ``MeterProvider`` (an
+  in-memory reader);
 * ``+ Prometheus``: ``engine.exporters.prometheus.PrometheusMetrics`` on its own registry;
-* ``+ OTel + Prometheus``.
+* ``+ OTel + Prometheus`` (the issue's target: ≤ 1.5×), and the same through the SDK's pipeline.
 
 Work pushed to a thread is paid for inside the timed region: each run times ``--calls`` calls and
 then the exporters' flush (the OTel worker's drain, the span processor's and the meter's flush), so
@@ -36,7 +38,12 @@ from typing import Any
 import anyio
 from opentelemetry.metrics import NoOpMeterProvider
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.metrics.export import (
+    InMemoryMetricReader,
+    MetricExporter,
+    MetricExportResult,
+    MetricsData,
+)
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
@@ -65,6 +72,26 @@ class DroppingExporter(SpanExporter):
         return SpanExportResult.SUCCESS
 
 
+class DroppingMetrics(MetricExporter):
+    """Receives the histogram and drops it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.exports = 0
+
+    def export(
+        self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
+    ) -> MetricExportResult:
+        self.exports += 1
+        return MetricExportResult.SUCCESS
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        return True
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        pass
+
+
 async def tool() -> int:
     return 1
 
@@ -84,14 +111,19 @@ class Setup:
         if otel is not None:
             self.spans = DroppingExporter()
             tracer_provider = TracerProvider(shutdown_on_exit=False)
-            tracer_provider.add_span_processor(BatchSpanProcessor(self.spans, max_queue_size=1_000_000))
             meter_provider: Any = NoOpMeterProvider()
-            if otel == "full":
+            if otel == "sdk":  # the SDK's pipeline: a BatchSpanProcessor, a MeterProvider
+                tracer_provider.add_span_processor(BatchSpanProcessor(self.spans, max_queue_size=1_000_000))
                 meter_provider = MeterProvider([InMemoryMetricReader()], shutdown_on_exit=False)
                 self.closers.append(meter_provider.shutdown)
-            exporter = OtelExporter(
-                self.engine, tracer_provider=tracer_provider, meter_provider=meter_provider
-            )
+                exporter = OtelExporter(
+                    self.engine, tracer_provider=tracer_provider, meter_provider=meter_provider
+                )
+            else:  # the exporters handed to tripwire: spans batched, the histogram aggregated
+                exporter = OtelExporter(
+                    self.engine, tracer_provider=tracer_provider, span_exporter=self.spans,
+                    metric_exporter=DroppingMetrics(),
+                )  # fmt: skip
             self.flushers.append(exporter.flush)
             self.closers[:0] = [exporter.close, tracer_provider.shutdown]
         if prometheus:
@@ -117,11 +149,15 @@ class Setup:
 async def run(calls: int, repeat: int) -> dict[str, Any]:
     specs: list[tuple[str, str | None, bool]] = [
         (BASE, None, False),
-        ("+ OTel", "full", False),
-        ("+ OTel spans only", "spans", False),
+        ("+ OTel", "exporters", False),
+        ("+ OTel through the SDK's pipeline", "sdk", False),
     ]
     if prometheus_exporter is not None:
-        specs += [("+ Prometheus", None, True), ("+ OTel + Prometheus", "full", True)]
+        specs += [
+            ("+ Prometheus", None, True),
+            ("+ OTel + Prometheus", "exporters", True),
+            ("+ OTel (SDK's pipeline) + Prometheus", "sdk", True),
+        ]
     setups = [Setup(*spec) for spec in specs]
     async with AsyncExitStack() as stack:
         for setup in setups:  # started, as call_overhead.py measures it

@@ -9,31 +9,29 @@ test reads is everything emitted so far, on virtual time.
 
 from __future__ import annotations
 
-import gzip
 import os
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTraceServiceRequest,
-    ExportTraceServiceResponse,
-)
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanContext, StatusCode
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanContext, Status, StatusCode
 
 from engine import BreakerConfig, RetryPolicy, ToolCall, ToolManifest, Turn
 from engine.exporters.otel import GEN_AI_EXECUTE_TOOL_DURATION, OtelExporter
+from engine.exporters.otel_spans import ExportedSpans
 from engine.llm import ToolCallExecutor
 from tests.engine.conftest import WALL, Scripted, new_engine
+from tests.engine.integrations.otlp_collector import Collected, otlp_collector
+from tests.engine.integrations.test_otel_metrics import Captured
 from tests.readme_examples import readme_example
 
 pytestmark = pytest.mark.anyio
@@ -45,17 +43,28 @@ EXAMPLE = readme_example("### OpenTelemetry")
 
 
 class Otel:
-    """An SDK tracer provider and meter provider, read back in memory."""
+    """An SDK tracer provider and meter provider, read back in memory. ``pipeline``: the exporter
+    hands its spans to the provider's processors and records the histogram on the meter provider
+    (``"sdk"``), or is given the exporters themselves (``"exporters"``: spans batched, the
+    histogram aggregated by tripwire)."""
 
-    def __init__(self) -> None:
+    def __init__(self, pipeline: str = "sdk") -> None:
+        self.pipeline = pipeline
         self.spans = InMemorySpanExporter()
         self.tracer_provider = TracerProvider(shutdown_on_exit=False)
-        self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.spans))
+        self.metrics = Captured()
+        if pipeline == "sdk":
+            self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.spans))
         self.reader = InMemoryMetricReader()
         self.meter_provider = MeterProvider(metric_readers=[self.reader], shutdown_on_exit=False)
         self.tracer = self.tracer_provider.get_tracer("the-agent")
 
     def attach(self, engine: Any, **kwargs: Any) -> OtelExporter:
+        if self.pipeline == "exporters" and not kwargs.get("direct_spans", True):
+            kwargs["span_exporter"] = None  # the tracer path: through the provider's processors
+            self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.spans))
+        elif self.pipeline == "exporters":
+            kwargs = {"span_exporter": self.spans, "metric_exporter": self.metrics, **kwargs}
         return OtelExporter(
             engine, tracer_provider=self.tracer_provider, meter_provider=self.meter_provider, **kwargs
         )
@@ -68,6 +77,8 @@ class Otel:
         return [s for s in self.finished(exporter) if s.name == name]
 
     def durations(self) -> list[HistogramDataPoint]:
+        if self.pipeline == "exporters":  # cumulative: the last export holds every point
+            return list(self.metrics.points().values()) if self.metrics.sent else []
         data = self.reader.get_metrics_data()
         assert data is not None
         return [
@@ -81,9 +92,9 @@ class Otel:
         ]
 
 
-@pytest.fixture
-def otel() -> Iterator[Otel]:
-    made = Otel()
+@pytest.fixture(params=["sdk", "exporters"])
+def otel(request: pytest.FixtureRequest) -> Iterator[Otel]:
+    made = Otel(request.param)
     yield made
     made.tracer_provider.shutdown()
     made.meter_provider.shutdown()
@@ -123,7 +134,8 @@ async def test_a_successful_call_is_an_execute_tool_span_under_the_callers_span(
     assert span.status.status_code is StatusCode.UNSET
     assert parent_of(span) == span_id(agent)
     assert span.context is not None and span.context.trace_id == agent.get_span_context().trace_id
-    assert span.start_time == span.end_time == int(WALL * 1e9)  # the events' wall clock
+    assert span.end_time == int(WALL * 1e9)  # the events' wall clock...
+    assert span.end_time - span.start_time == 2_000_000_000  # ...and the call's duration on the engine's
     assert not span.events  # nothing happened worth an event
     (point,) = otel.durations()
     assert point.count == 1 and point.sum == pytest.approx(2.0)  # seconds, on the engine's clock
@@ -353,53 +365,23 @@ async def test_the_tracer_path_makes_the_same_spans(otel: Otel) -> None:
     assert event_names(span) == ["tripwire.attempt.failed", "tripwire.retry"]
 
 
-class Receiver(BaseHTTPRequestHandler):
-    """An OTLP/HTTP collector's trace endpoint: decodes each request's protobuf."""
-
-    requests: list[ExportTraceServiceRequest]
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        if self.headers.get("Content-Encoding") == "gzip":
-            body = gzip.decompress(body)
-        request = ExportTraceServiceRequest()
-        request.ParseFromString(body)
-        self.requests.append(request)
-        reply = ExportTraceServiceResponse().SerializeToString()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/x-protobuf")
-        self.send_header("Content-Length", str(len(reply)))
-        self.end_headers()
-        self.wfile.write(reply)
-
-    def log_message(self, format: str, *args: Any) -> None:  # quiet
-        pass
-
-
 @pytest.fixture
-def receiver() -> Iterator[tuple[str, list[ExportTraceServiceRequest]]]:
-    received: list[ExportTraceServiceRequest] = []
-    handler = type("Handler", (Receiver,), {"requests": received})
-    server = HTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1/traces", received
-    server.shutdown()
-    server.server_close()
+def collector() -> Iterator[Collected]:
+    with otlp_collector() as collected:
+        yield collected
 
 
-def test_the_readme_example_sends_its_spans_over_otlp_http(
-    receiver: tuple[str, list[ExportTraceServiceRequest]], tmp_path: Any
+def test_the_readme_example_sends_its_spans_and_histogram_over_otlp_http(
+    collector: Collected, tmp_path: Any
 ) -> None:
-    endpoint, received = receiver
     script = tmp_path / "example.py"
     script.write_text(EXAMPLE, encoding="utf-8")
-    env = {**os.environ, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": endpoint, "OTEL_SERVICE_NAME": "readme"}
+    env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": collector.url, "OTEL_SERVICE_NAME": "readme"}
     # Its own process: the example is a script (anyio.run at top level, the SDK's global state).
     subprocess.run([sys.executable, str(script)], env=env, check=True, timeout=60, cwd=os.getcwd())
     spans = [
         (span, resource.resource)
-        for request in received
+        for request in collector.traces
         for resource in request.resource_spans
         for scope in resource.scope_spans
         for span in scope.spans
@@ -418,3 +400,42 @@ def test_the_readme_example_sends_its_spans_over_otlp_http(
     )
     service = {a.key: a.value.string_value for a in resource.attributes}["service.name"]
     assert service == "readme"
+    (request,) = collector.metrics
+    ((metric, point),) = [
+        (metric, point)
+        for resource in request.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+        for point in metric.histogram.data_points
+    ]
+    assert metric.name == GEN_AI_EXECUTE_TOOL_DURATION and point.count == 1
+    service = {a.key: a.value.string_value for a in request.resource_metrics[0].resource.attributes}
+    assert service["service.name"] == "readme"
+
+
+# --- spans batched for an exporter given directly ----------------------------------------------------
+
+
+class Batches(SpanExporter):
+    """A span exporter that keeps each batch's size, failing the first ``fail`` of them."""
+
+    def __init__(self, fail: int = 0) -> None:
+        self.sizes: list[int] = []
+        self.fail = fail
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.sizes.append(len(spans))
+        if len(self.sizes) <= self.fail:
+            raise ConnectionError("collector down")
+        return SpanExportResult.SUCCESS
+
+
+def test_spans_go_in_batches_as_they_fill_and_a_failed_batch_does_not_stop_the_next() -> None:
+    exporter = Batches(fail=1)
+    spans = ExportedSpans(exporter, Resource.create(), InstrumentationScope("tripwire"), max_batch=512)
+    for i in range(1_100):
+        spans.emit("execute_tool search", None, i, i + 1, {"gen_ai.tool.call.id": f"c{i}"}, (), Status())
+    assert exporter.sizes == [512, 512]  # sent as each batch filled: few spans alive at a time
+    spans.drained()
+    assert exporter.sizes == [512, 512, 76] and spans.failures == 1
+    assert spans.force_flush(1_000)  # nothing left
