@@ -165,12 +165,13 @@ async def _run_service(
 
 
 def _fleet_line(fleet: Fleet, taking: bool) -> str:
-    """The fleet joined, by its safe URL (never the password), and whether it takes commands."""
+    """The fleet joined, by its safe URL (never the password), and whether it takes commands; the
+    console command to attach names the key file too, so that it can act."""
     url = shlex.quote(fleet.config.safe_url)
     state = "" if fleet.available else f" (Redis unreachable: running {fleet.config.on_unavailable})"
     commands = "" if taking else ", taking no fleet commands (no key_file= nor $TRIPWIRE_FLEET_KEY_FILE)"
     where = f"member {fleet.member.id} of fleet {url}{state}{commands}"
-    return f"{where}; attach with: tripwire console --attach {url}"
+    return f"{where}; attach with: tripwire console --attach {shlex.quote(fleet.config.attach_url)}"
 
 
 async def _cancel_on_signal(scope: CancelScope, *, task_status: TaskStatus[None]) -> None:

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 from engine.errors import TripwireError
 
@@ -115,6 +115,13 @@ class FleetConfig:
         if self.username or self.password is not None:
             credentials = f"{self.username or ''}{':***' if self.password is not None else ''}@"
         return f"{scheme}://{credentials}{self.host}:{self.port}/{self.db}?namespace={self.namespace}"
+
+    @property
+    def attach_url(self) -> str:
+        """:attr:`safe_url` with what a console needs besides: the key file to act with and the CA
+        file to trust (paths, not secrets)."""
+        files = (("key_file", self.key_file), ("ca_file", self.ca_file))
+        return self.safe_url + "".join(f"&{name}={quote(path, safe='/')}" for name, path in files if path)
 
     def key_path(self) -> Path | None:
         """The operator-command key's file: ``key_file``, else ``$TRIPWIRE_FLEET_KEY_FILE``, else None."""

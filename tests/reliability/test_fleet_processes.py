@@ -258,12 +258,13 @@ def test_four_served_processes_share_outages_probes_commands_and_survive_redis(
         pid_of = {m.process.pid: m for m in members}
 
         # Joined: four live processes, each with backend CLOSED; the start-up line names the fleet
-        # by its safe URL.
+        # by its safe URL, and the console command to attach with its key file.
         until(lambda: states(url) == {"CLOSED": 4}, "four processes with backend CLOSED", timeout=20)
         for member in members:
             until(member.started, "the start-up lines")
             assert "of fleet 'redis://default:***@127.0.0.1:" in member.lines[1], member.lines
             assert "?namespace=procs" in member.lines[1]
+            assert member.lines[1].rstrip().endswith(f"procs&key_file={key_file}'"), member.lines  # can act
 
         # 1. An outage: the fast two open on their own (a quorum), the slow two through the fleet.
         service.up = False

@@ -28,6 +28,19 @@ def test_a_fleet_url_parses_and_never_shows_its_password() -> None:
     assert FleetConfig().forced_when_unavailable(["a"]) == []  # local: nothing forced
 
 
+def test_the_attach_url_names_the_key_and_ca_files_and_parses_back_to_them() -> None:
+    config = parse_fleet_url(
+        "rediss://ops:hunter2!@redis.internal:6380/3?namespace=prod&quorum=3"
+        "&key_file=/etc/tripwire/fleet key&ca_file=/etc/ssl/ca.pem"
+    )
+    shown = config.attach_url
+    assert "hunter2" not in shown
+    back = parse_fleet_url(shown.replace(":***", ""))  # as an operator pastes it, with no password
+    assert (back.key_file, back.ca_file) == ("/etc/tripwire/fleet key", "/etc/ssl/ca.pem")
+    assert back.namespace == "prod"
+    assert parse_fleet_url("redis://h/0?namespace=n").attach_url == "redis://h:6379/0?namespace=n"
+
+
 @pytest.mark.parametrize(
     ("url", "message"),
     [
