@@ -17,7 +17,8 @@ not over (it opens the tool for what is left of that period, read with its expir
 
 The half-open probe is the fleet's: each breaker gets a ``probe_gate`` that admits a probe only
 while this process holds the tool's lease (``SET NX PX``, its expiry kept beside it; renewed while
-the probe runs, freed when the process leaves). While
+the probe runs, freed when the process leaves). A process asks for the lease only once a call of
+its own wanted to probe (and was rejected meanwhile): one with no traffic never holds it. While
 Redis is away the gates are lifted and every process decides alone (``on_unavailable=local``),
 or the configured tools are forced open until it returns (``fail_closed``); either way a
 ``FleetUnavailable`` event says so, and ``FleetRestored`` when Redis answers again.
@@ -126,6 +127,9 @@ class Fleet:
         self._leases: dict[str, float] = {}
         """Tool → when our probe lease ends (``time.monotonic``): never a lease without its expiry."""
         self._gates: dict[str, Callable[[], bool]] = {}
+        self._wanted: set[str] = set()
+        """Half-open tools a call here found without the lease: only these are asked for, so a
+        process with no traffic never holds a probe the busy ones wait for."""
         self._seen_open: dict[str, int] = {}
         self._seen_probe: dict[str, int] = {}
         self._baseline = True
@@ -349,10 +353,13 @@ class Fleet:
     # --- the probe lease -----------------------------------------------------------------
 
     def _gate(self, tool: str) -> Callable[[], bool]:
-        leases = self._leases
+        leases, wanted = self._leases, self._wanted
 
         def may_probe() -> bool:
-            return leases.get(tool, 0.0) > time.monotonic()
+            if leases.get(tool, 0.0) > time.monotonic():
+                return True
+            wanted.add(tool)  # a call would probe: ask for the lease on the next round trip
+            return False
 
         return may_probe
 
@@ -369,6 +376,7 @@ class Fleet:
             if breaker.probe_gate is not None and breaker.probe_gate is self._gates.get(tool):
                 breaker.probe_gate = None
         self._leases.clear()
+        self._wanted.clear()
 
     def _lease_attempts(self, now: float) -> list[tuple[Command, Handler | None]]:
         """Ask for the lease of each half-open tool, and renew the lease of each probe running.
@@ -380,23 +388,27 @@ class Fleet:
         attempts: list[tuple[Command, Handler | None]] = []
         lease_ms = max(int(self.config.lease_ms), 1)
         until = now + lease_ms / 1000.0  # counted from before we ask
+        wanted = self._wanted
         for tool in list(self.engine.tool_ids):
             breaker = self.engine.breaker(tool)
             if breaker.state is not BreakerState.HALF_OPEN:
+                wanted.discard(tool)  # no probe to run now: a new half-open needs a new call
                 continue
             key = self.keys.lease(tool)
             if breaker.probe_in_flight and tool in self._leases:
                 command: Command = ("EVAL", RENEW_LEASE, 1, key, self.member.id, lease_ms)
                 attempts.append((command, self._on_lease(tool, until, renewing=True)))
-            elif not self.holds_lease(tool):
+            elif tool in wanted and not self.holds_lease(tool):
                 command = ("SET", key, self.member.id, "NX", "PX", lease_ms)
                 attempts.append((command, self._on_lease(tool, until, renewing=False)))
+        wanted.intersection_update(self.engine.tool_ids)  # unregistered since: forgotten
         return attempts
 
     def _on_lease(self, tool: str, until: float, *, renewing: bool) -> Handler:
         def handle(reply: Any) -> None:
             if reply:  # the lease is ours until ``until``
                 self._leases[tool] = until
+                self._wanted.discard(tool)
             elif renewing:  # another process holds it now: its probe decides
                 self._leases.pop(tool, None)
 

@@ -438,17 +438,18 @@ async def test_a_defect_while_reading_the_fleet_is_shown_and_the_console_reads_o
         link = FleetLink(parse_fleet_url(url), poll_s=0.05)
         app = FleetConsoleApp(link, actor="operator:test")
         read = link.poll
-        broken = [True]
+        broken = True
 
-        async def poll_once_broken() -> None:
-            if broken.pop() if broken else False:
+        async def poll_broken_until_told() -> None:
+            if broken:
                 raise KeyError("members")
             await read()
 
-        link.poll = poll_once_broken  # type: ignore[method-assign]
+        link.poll = poll_broken_until_told  # type: ignore[method-assign]
         async with app.run_test(size=SMALL) as pilot:
             await until(pilot, lambda: app.screen.has_class("-unreachable"), timeout=5)
             assert "unexpected KeyError: 'members'" in text_of(app, "#fleet-banner")
+            broken = False  # the poller kept going: the next read is shown
             await until(pilot, lambda: len(table_rows(app, "#fleet-tools")) == 2, timeout=5)
             assert not app.screen.has_class("-unreachable")
         assert "reading the fleet failed" in caplog.text

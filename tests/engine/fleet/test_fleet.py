@@ -107,6 +107,14 @@ async def open_on(node: Node) -> None:
         await node.engine.try_call("search")
 
 
+async def take_the_lease(node: Node) -> None:
+    """A call in ``node`` once its breaker is half-open: rejected (no lease yet), it makes the
+    process ask for the probe lease, which it then holds."""
+    await eventually(lambda: node.state() is BreakerState.HALF_OPEN, "half-open", 3)
+    assert (await node.engine.try_call("search")).attempts == 0
+    await eventually(lambda: node.fleet.holds_lease("search"), "the lease taken", 3)
+
+
 async def test_one_process_opening_leaves_the_others_closed_and_a_quorum_opens_the_fleet(
     redis_server: RedisServer, request: pytest.FixtureRequest
 ) -> None:
@@ -176,17 +184,36 @@ async def test_a_failed_probe_reopens_the_others(
         nodes = await fleet_of(stack, 2, redis_server.url(ns, **FAST))
         for node in nodes:
             await open_on(node)
-        await eventually(
-            lambda: any(n.fleet.holds_lease("search") for n in nodes), "one process holds the lease", 3
-        )
-        prober = next(n for n in nodes if n.fleet.holds_lease("search"))
-        other = next(n for n in nodes if n is not prober)
+        prober, other = nodes
+        await take_the_lease(prober)
         await eventually(lambda: other.state() is BreakerState.HALF_OPEN, "the other half-opened too")
         assert not other.fleet.holds_lease("search")
         assert (await other.engine.try_call("search")).attempts == 0  # rejected: no attempt made
         await prober.engine.try_call("search")  # the probe fails
         await eventually(lambda: other.state() is BreakerState.OPEN, "the other re-opened")
         assert other.events.of("BreakerOpened")[-1].reason.startswith("fleet: the half-open probe of")
+
+
+async def test_a_process_with_no_call_to_make_never_holds_the_probe_lease(
+    redis_server: RedisServer, request: pytest.FixtureRequest
+) -> None:
+    ns = namespace(request)
+    async with AsyncExitStack() as stack:
+        idle, busy = await fleet_of(stack, 2, redis_server.url(ns, **{**FAST, "lease_ms": 200}))
+        for node in (idle, busy):
+            await open_on(node)
+        await eventually(lambda: idle.state() is BreakerState.HALF_OPEN, "the idle one half-opened")
+        for _ in range(3):  # a lease period and more: the idle process is never the one holding it
+            await anyio.sleep(0.1)
+            assert not idle.fleet.holds_lease("search")
+        busy.service.up = True
+        deadline = time.monotonic() + 5
+        while busy.state() is not BreakerState.CLOSED:  # the busy one asks, gets it, probes
+            assert time.monotonic() < deadline, busy.state()
+            await busy.engine.try_call("search")
+            await anyio.sleep(0.01)
+        assert not idle.fleet.holds_lease("search")
+        await eventually(lambda: idle.state() is BreakerState.CLOSED, "the probe closed the idle one")
 
 
 async def test_a_process_that_takes_no_commands_refuses_a_signed_trip_and_says_why(

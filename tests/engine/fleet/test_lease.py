@@ -18,7 +18,17 @@ from engine.fleet import Fleet
 from engine.fleet.keys import FleetKeys
 from tests.engine.conftest import new_engine, recorded
 from tests.engine.fleet.conftest import RedisServer, eventually
-from tests.engine.fleet.test_fleet import FAST, Node, Service, fleet_of, lookup, manifests, namespace, open_on
+from tests.engine.fleet.test_fleet import (
+    FAST,
+    Node,
+    Service,
+    fleet_of,
+    lookup,
+    manifests,
+    namespace,
+    open_on,
+    take_the_lease,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -34,9 +44,8 @@ async def test_a_probe_longer_than_the_lease_keeps_it_and_stays_the_only_probe(
         nodes = await fleet_of(stack, 2, url)
         for node in nodes:
             await open_on(node)
-        await eventually(lambda: any(n.fleet.holds_lease("search") for n in nodes), "a lease taken", 3)
-        prober = next(n for n in nodes if n.fleet.holds_lease("search"))
-        other = next(n for n in nodes if n is not prober)
+        prober, other = nodes
+        await take_the_lease(prober)
         prober.service.delay_s = 3 * LEASE_MS / 1000
         prober.service.calls = 0
         for node in nodes:
@@ -81,9 +90,10 @@ async def test_a_process_that_leaves_frees_its_lease_at_once(
             nodes.append(node)
         for node in nodes:
             await open_on(node)
-        await eventually(lambda: any(n.fleet.holds_lease("search") for n in nodes), "a lease taken", 3)
-        holder = next(n for n in nodes if n.fleet.holds_lease("search"))
-        other = next(n for n in nodes if n is not holder)
+        holder, other = nodes
+        await take_the_lease(holder)
+        await eventually(lambda: other.state() is BreakerState.HALF_OPEN, "the other half-opened")
+        assert (await other.engine.try_call("search")).attempts == 0  # it wants the lease too
         scopes[nodes.index(holder)].cancel()  # it stops before it probed
         with redis_server.client() as r:
             gone = holder.fleet.member.id
