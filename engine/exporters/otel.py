@@ -160,13 +160,13 @@ class OtelExporter:
     ``MetricExporter`` to send the duration histogram to, aggregated here, every
     ``metric_interval_s`` and on flush, instead of recording each call on ``meter_provider``
     (about 0.3 µs a call where the SDK's ``record`` takes 6.5 µs). Neither exporter is shut down
-    here: they stay the caller's. ``capture_content``: put calls'
-    arguments and results (as the engine redacted them) on the spans. The spans are built on a
-    worker thread that wakes every ``interval_s``; at most ``max_pending`` events wait for it
-    (past that the oldest are dropped). :meth:`flush` makes everything emitted so far reach the
-    span processors and the histogram its exporter; :meth:`close` (or leaving ``with``) detaches,
-    after a flush. ``direct_spans``: with the SDK's ``TracerProvider``, hand finished spans to its
-    processors (``on_end`` only) — eight times cheaper than its tracer; False uses the tracer.
+    here: they stay the caller's. ``capture_content``: put calls' arguments and results (as the
+    engine redacted them) on the spans. The spans are built on a worker thread that wakes every
+    ``interval_s``; at most ``max_pending`` events wait for it (past that the oldest are dropped).
+    :meth:`flush` makes everything emitted so far reach the span processors and the histogram its
+    exporter; :meth:`close` (or leaving ``with``) detaches, after a flush. ``direct_spans``: with
+    the SDK's ``TracerProvider``, hand finished spans to its processors (``on_end`` only) — eight
+    times cheaper than its tracer; False uses the tracer.
     """
 
     def __init__(
@@ -551,12 +551,8 @@ class OtelExporter:
     ) -> None:
         turn = self._turns.get(e.turn_id)
         if turn is not None:
-            name = {
-                TurnDeadlineExceeded: "tripwire.turn.deadline_exceeded",
-                TurnCanceled: "tripwire.turn.canceled",
-            }
             attributes = {"tripwire.unfinished": list(e.unfinished)}
-            turn.events.append((name.get(type(e), "tripwire.turn.interrupted"), _ns(e.at), attributes))
+            turn.events.append((_TURN_NOTES[type(e)], _ns(e.at), attributes))
 
     def _turn_finished(self, e: TurnFinished, context: Context | None) -> None:
         # Calls still open were cut off by the deadline, a stop or the caller's cancellation.
