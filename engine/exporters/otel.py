@@ -402,7 +402,7 @@ class OtelExporter:
 
     def _attempt_started(self, e: AttemptStarted, context: Context | None) -> None:
         key = (e.turn_id, e.call_id)
-        if e.attempt == 1 and key not in self._calls:  # kept as it is until a second event
+        if e.attempt == 1 and not e.probe and key not in self._calls:  # kept as is until a second event
             if len(self._calls) >= _MAX_OPEN:
                 del self._calls[next(iter(self._calls))]
                 self.abandoned += 1

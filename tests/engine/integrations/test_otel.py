@@ -15,6 +15,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import anyio
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader
@@ -219,6 +220,26 @@ async def test_an_open_breaker_rejects_and_the_call_that_opened_it_says_so(otel:
     assert dict(short.attributes or {})["tripwire.attempts"] == 0
     assert event_names(short) == ["tripwire.call.rejected"]
     assert "open" in str((short.events[0].attributes or {})["tripwire.reason"]).lower()
+
+
+async def test_a_half_open_probe_says_so_and_closes_the_breaker_on_its_span(otel: Otel) -> None:
+    manifest = ToolManifest(
+        id="flaky",
+        circuit_breaker=BreakerConfig(failure_threshold=1, timeout_ms=1_000),
+        retry_policy=RetryPolicy(max_attempts=1),
+    )
+    engine = await new_engine(manifest)
+    engine.register("flaky", Scripted(ConnectionError("refused"), "ok"))
+    with otel.attach(engine) as exporter:
+        with otel.tracer.start_as_current_span("agent") as agent:
+            await engine.try_call("flaky")  # opens the breaker
+            await anyio.sleep(1.5)  # its open period passes (virtual time)
+            assert await engine.call("flaky") == "ok"  # the probe
+        _, probe = otel.named(exporter, "execute_tool flaky")
+    names = event_names(probe)  # a call half-opens it when the engine is not started: it says so first
+    assert names[-2:] == ["tripwire.breaker.probe", "tripwire.breaker.CLOSED"]
+    assert parent_of(probe) == span_id(agent)
+    assert probe.status.status_code is StatusCode.UNSET
 
 
 # --- turns -------------------------------------------------------------------------------------
