@@ -128,8 +128,10 @@ class Fleet:
         """Tool → when our probe lease ends (``time.monotonic``): never a lease without its expiry."""
         self._gates: dict[str, Callable[[], bool]] = {}
         self._wanted: set[str] = set()
-        """Half-open tools a call here found without the lease: only these are asked for, so a
-        process with no traffic never holds a probe the busy ones wait for."""
+        """Half-open tools a call here found without the lease, until a probe runs here or the tool
+        leaves half-open: only these are asked for (again when a lease ran out unused, so a call
+        rarer than ``lease_ms`` still gets to probe), and a process with no call to make never
+        holds the probe the others wait for."""
         self._seen_open: dict[str, int] = {}
         self._seen_probe: dict[str, int] = {}
         self._baseline = True
@@ -396,6 +398,7 @@ class Fleet:
                 continue
             key = self.keys.lease(tool)
             if breaker.probe_in_flight and tool in self._leases:
+                wanted.discard(tool)  # the probe runs here: what was wanted is done
                 command: Command = ("EVAL", RENEW_LEASE, 1, key, self.member.id, lease_ms)
                 attempts.append((command, self._on_lease(tool, until, renewing=True)))
             elif tool in wanted and not self.holds_lease(tool):
@@ -408,7 +411,6 @@ class Fleet:
         def handle(reply: Any) -> None:
             if reply:  # the lease is ours until ``until``
                 self._leases[tool] = until
-                self._wanted.discard(tool)
             elif renewing:  # another process holds it now: its probe decides
                 self._leases.pop(tool, None)
 

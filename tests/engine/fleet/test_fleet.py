@@ -203,9 +203,11 @@ async def test_a_process_with_no_call_to_make_never_holds_the_probe_lease(
         for node in (idle, busy):
             await open_on(node)
         await eventually(lambda: idle.state() is BreakerState.HALF_OPEN, "the idle one half-opened")
-        for _ in range(3):  # a lease period and more: the idle process is never the one holding it
-            await anyio.sleep(0.1)
-            assert not idle.fleet.holds_lease("search")
+        await eventually(lambda: busy.state() is BreakerState.HALF_OPEN, "the busy one half-opened")
+        with redis_server.client() as r:
+            for _ in range(30):  # three lease periods, read in Redis itself: nobody asked, nobody holds it
+                assert r.get(FleetKeys(ns).lease("search")) is None
+                await anyio.sleep(0.02)
         busy.service.up = True
         deadline = time.monotonic() + 5
         while busy.state() is not BreakerState.CLOSED:  # the busy one asks, gets it, probes

@@ -122,3 +122,20 @@ async def test_a_shared_value_nobody_of_ours_wrote_is_no_opinion_and_the_fleet_g
         await open_on(a)
         await open_on(b)
         await eventually(lambda: c.state() is BreakerState.OPEN, "the quorum still opens the fleet")
+
+
+async def test_a_tool_called_less_often_than_the_lease_lasts_still_gets_its_probe(
+    redis_server: RedisServer, request: pytest.FixtureRequest
+) -> None:
+    ns = namespace(request)
+    url = redis_server.url(ns, **{**FAST, "lease_ms": 200})
+    async with AsyncExitStack() as stack:
+        (node,) = await fleet_of(stack, 1, url)
+        await open_on(node)
+        node.service.up = True
+        await eventually(lambda: node.state() is BreakerState.HALF_OPEN, "half-open", 3)
+        for _ in range(6):  # a call every 0.5 s: each lease taken for the last one runs out unused
+            if (await node.engine.try_call("search")).attempts:
+                break
+            await anyio.sleep(0.5)
+        assert node.state() is BreakerState.CLOSED
