@@ -182,8 +182,10 @@ class FleetLink:
                 try:
                     await self.poll()
                 except Exception as exc:  # a defect: shown and logged, never a console frozen in silence
-                    log.exception("fleet console: reading the fleet failed")
-                    self._error = one_line(f"unexpected {type(exc).__name__}: {exc}")[:200]
+                    error = one_line(f"unexpected {type(exc).__name__}: {exc}")[:200]
+                    if error != self._error:  # once while it lasts, not every poll
+                        log.exception("fleet console: reading the fleet failed")
+                    self._error = error
                 await anyio.sleep(self.poll_s)
         finally:
             with anyio.CancelScope(shield=True):

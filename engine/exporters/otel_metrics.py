@@ -10,16 +10,16 @@ Needs the ``[otel]`` extra. Used by :mod:`engine.exporters.otel` on its worker t
   max per tool and error type; about 0.3 µs a call) and hands it, as the SDK's own
   ``MetricsData``, to any OpenTelemetry ``MetricExporter`` (OTLP/HTTP, console…) every
   ``interval_s`` and on flush, in the exporter's preferred temporality, as the SDK's
-  ``PeriodicExportingMetricReader`` would.
+  ``PeriodicExportingMetricReader`` would — exported by a sender thread, never the worker's.
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Final
 
 from opentelemetry import metrics as metrics_api
@@ -43,7 +43,7 @@ from opentelemetry.semconv._incubating.attributes.gen_ai_attributes import (
 )
 from opentelemetry.semconv.attributes.error_attributes import ERROR_TYPE
 
-log = logging.getLogger("tripwire.otel")
+from engine.exporters.sender import BackgroundSender
 
 GEN_AI_EXECUTE_TOOL_DURATION: Final = "gen_ai.execute_tool.duration"
 """The histogram's name (the installed semantic-conventions package has no constant for it yet)."""
@@ -72,13 +72,16 @@ class Durations:
     def record(self, seconds: float, labels: Labels) -> None:
         raise NotImplementedError
 
-    def flush(self, timeout_millis: int) -> bool:
-        """Push what was recorded to the exporters."""
-        return True
-
     def due(self) -> bool:
-        """Whether the worker should flush now, unasked."""
+        """Whether the worker should :meth:`collect` now, unasked."""
         return False
+
+    def collect(self) -> None:
+        """Hand what was recorded to the exporter's side (the worker calls it, under its lock)."""
+
+    def flush(self, timeout_millis: int) -> bool:
+        """Wait, at most ``timeout_millis``, until what was collected reached the exporters."""
+        return True
 
 
 class MeterDurations(Durations):
@@ -156,30 +159,34 @@ class DurationHistogram:
 
 
 class ExportedDurations(Durations):
-    """The histogram aggregated here, exported through ``exporter`` at most every ``interval_s``
-    (and on flush). ``resource`` describes the process (the tracer provider's, by default). The
-    exporter stays the caller's: it is never shut down here."""
+    """The histogram aggregated here, exported through ``exporter`` by ``sender``'s thread at most
+    every ``interval_s`` (and on flush). ``resource`` describes the process (the tracer
+    provider's, by default). The exporter stays the caller's: it is never shut down here."""
 
     def __init__(
         self,
         exporter: MetricExporter,
+        sender: BackgroundSender,
         resource: Resource,
         scope: InstrumentationScope,
         *,
         interval_s: float = 60.0,
         clock: Callable[[], int] = time.time_ns,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.exporter = exporter
+        self.sender = sender
         self.resource = resource
         self.scope = scope
-        self.interval_ns = int(interval_s * 1e9)
+        self.interval_s = interval_s
         self.clock = clock
+        """Wall-clock nanoseconds: the data points' times."""
+        self.monotonic = monotonic
+        """When exports are due (a wall-clock jump does not move them)."""
         preferred = getattr(exporter, "_preferred_temporality", None) or {}  # as the SDK's readers read it
         self.temporality = preferred.get(HistogramInstrument, AggregationTemporality.CUMULATIVE)
         self.histogram = DurationHistogram(clock())
-        self._exported_at = self.histogram.start_ns
-        self.failures = 0
-        """Exports the exporter reported failed (logged)."""
+        self._collected_at = monotonic()
 
     def record(self, seconds: float, labels: Labels) -> None:
         series = self.histogram.series.get(labels)  # DurationHistogram.add, a call less
@@ -188,29 +195,26 @@ class ExportedDurations(Durations):
         series.add(seconds)
 
     def due(self) -> bool:
-        """Whether ``interval_s`` has passed since the last export (the worker asks each wake)."""
-        return self.clock() - self._exported_at >= self.interval_ns
+        return self.monotonic() - self._collected_at >= self.interval_s
 
-    def flush(self, timeout_millis: int) -> bool:
+    def collect(self) -> None:
+        self._collected_at = self.monotonic()
         now = self.clock()
-        self._exported_at = now
         points = self.histogram.points(now)
         if not points:
-            return True
+            return
         data = MetricsData([ResourceMetrics(self.resource, [ScopeMetrics(self.scope, [Metric(
             GEN_AI_EXECUTE_TOOL_DURATION, DESCRIPTION, "s", Histogram(points, self.temporality),
         )], self.scope.schema_url or "")], self.resource.schema_url)])  # fmt: skip
         if self.temporality is AggregationTemporality.DELTA:
             self.histogram.restart(now)
-        try:
-            result = self.exporter.export(data, timeout_millis=timeout_millis)
-        except Exception:  # the exporter's failure must not stop the spans
-            result = MetricExportResult.FAILURE
-            log.exception("exporting %s failed", GEN_AI_EXECUTE_TOOL_DURATION)
-        if result is not MetricExportResult.SUCCESS:
-            self.failures += 1
-            return False
-        return True
+        self.sender.submit(partial(self._export, data), len(points))
+
+    def _export(self, data: MetricsData) -> bool:
+        return self.exporter.export(data) is MetricExportResult.SUCCESS
+
+    def flush(self, timeout_millis: int) -> bool:
+        return self.sender.wait(timeout_millis / 1000.0)
 
 
 __all__ = [

@@ -10,17 +10,17 @@ call's hot path. Two ways:
   2 µs a span, where ``tracer.start_span`` + ``end`` costs about 16 µs (measured, SDK 1.45).
   Processors' ``on_start`` is not called: the span is complete when it is made.
 * :class:`ExportedSpans`, for a ``SpanExporter`` given directly (OTLP…): the same spans, batched
-  here and exported from the exporter's worker — no span processor's queue and thread between
-  (a ``BatchSpanProcessor`` adds about 2 µs a span). Sampled by the SDK's default sampler.
+  here and handed whole to a sender thread that exports them — no span processor's per-span
+  queue between (a ``BatchSpanProcessor`` adds about 2 µs a span).
 * :class:`TracerSpans`, for any other implementation of the API: ``tracer.start_span`` with the
   event's time, events added, ``end`` with the event's time.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from random import getrandbits
 from typing import Any
 
@@ -36,7 +36,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, TraceFlags
 from opentelemetry.util.types import AttributeValue
 
-log = logging.getLogger("tripwire.otel")
+from engine.exporters.sender import BackgroundSender
 
 Attributes = Mapping[str, AttributeValue]
 SpanEventData = tuple[str, int, Attributes]
@@ -114,12 +114,12 @@ class DirectSpans(SpanMaker):
     ) -> None:
         self._deliver = deliver
         self.resource = resource
-        self.sampler = sampler
+        self.sampler = _as_known(sampler)
         self.ids = ids
         self.scope = scope
         # The SDK's default generator draws from ``random``: so do we, without two calls a span.
         self._random_ids = type(self.ids) is RandomIdGenerator
-        self._default = self._random_ids and (sampler is DEFAULT_ON or sampler is ALWAYS_ON)
+        self._default = self._random_ids and (self.sampler is DEFAULT_ON or self.sampler is ALWAYS_ON)
         """The SDK's default ids and a sampler that decides without a call: the fast way applies."""
 
     def _context(self, name: str, parent: SpanContext | None) -> tuple[SpanContext, SpanContext | None, bool]:
@@ -230,45 +230,46 @@ class ProcessorSpans(DirectSpans):
 
 
 class ExportedSpans(DirectSpans):
-    """Finished spans batched here and handed to ``exporter`` (at most ``max_batch`` at a time)
-    when the worker has drained its events, and on flush. The exporter stays the caller's."""
+    """Finished spans batched here (at most ``max_batch`` a batch) and exported through
+    ``exporter`` by ``sender``'s thread: a batch goes when it fills, and the rest when the worker
+    has drained its events. ``sampler``, ``ids``: the tracer provider's when it is the SDK's (so
+    its sampling applies), else those the SDK configures from the environment. The exporter
+    stays the caller's."""
 
     def __init__(
-        self, exporter: SpanExporter, resource: Resource, scope: InstrumentationScope, *, max_batch: int = 512
+        self,
+        exporter: SpanExporter,
+        sender: BackgroundSender,
+        resource: Resource,
+        sampler: Sampler,
+        ids: IdGenerator,
+        scope: InstrumentationScope,
+        *,
+        max_batch: int = 512,
     ) -> None:
         self.exporter = exporter
+        self.sender = sender
         self.max_batch = max_batch
         self.batch: list[ReadableSpan] = []
-        super().__init__(self._add, resource, DEFAULT_ON, RandomIdGenerator(), scope)
-        self.failures = 0
-        """Batches the exporter reported failed (logged)."""
+        super().__init__(self._add, resource, sampler, ids, scope)
 
     def _add(self, span: ReadableSpan) -> None:
         batch = self.batch
         batch.append(span)
         if len(batch) >= self.max_batch:  # few spans alive at a time: the collector's work stays small
-            self._export()
+            self.drained()
 
     def drained(self) -> None:
-        self._export()
+        batch = self.batch
+        if batch:
+            self.batch = []
+            self.sender.submit(partial(self._export, batch), len(batch))
 
-    def _export(self) -> bool:
-        batch, size, ok = self.batch, self.max_batch, True
-        while batch:
-            chunk = batch[:size]
-            del batch[:size]
-            try:
-                result = self.exporter.export(chunk)
-            except Exception:  # the exporter's failure must not stop the next batches
-                result = SpanExportResult.FAILURE
-                log.exception("exporting %d spans failed", len(chunk))
-            if result is not SpanExportResult.SUCCESS:
-                self.failures += 1
-                ok = False
-        return ok
+    def _export(self, batch: list[ReadableSpan]) -> bool:
+        return self.exporter.export(batch) is SpanExportResult.SUCCESS
 
     def force_flush(self, timeout_millis: int) -> bool:
-        ok = self._export()
+        ok = self.sender.wait(timeout_millis / 1000.0)
         return self.exporter.force_flush(timeout_millis) is not False and ok  # the base class says None
 
 
@@ -309,6 +310,16 @@ class TracerSpans(SpanMaker):
     def force_flush(self, timeout_millis: int) -> bool:
         flush = getattr(self.provider, "force_flush", None)  # the API's provider has none
         return bool(flush(timeout_millis)) if flush is not None else True
+
+
+def _as_known(sampler: Sampler) -> Sampler:
+    """``DEFAULT_ON`` or ``ALWAYS_ON`` for a sampler that decides as they do (a ``TracerProvider``
+    makes its own copy of the default), so that the decision is taken without a call."""
+    description = sampler.get_description()
+    for known in (DEFAULT_ON, ALWAYS_ON):
+        if description == known.get_description():
+            return known
+    return sampler
 
 
 def span_maker(provider: trace_api.TracerProvider, scope: InstrumentationScope, direct: bool) -> SpanMaker:

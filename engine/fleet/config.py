@@ -118,10 +118,14 @@ class FleetConfig:
 
     @property
     def attach_url(self) -> str:
-        """:attr:`safe_url` with what a console needs besides: the key file to act with and the CA
-        file to trust (paths, not secrets)."""
-        files = (("key_file", self.key_file), ("ca_file", self.ca_file))
-        return self.safe_url + "".join(f"&{name}={quote(path, safe='/')}" for name, path in files if path)
+        """:attr:`safe_url` with what a console needs besides: the key file to act with (from the
+        URL or ``$TRIPWIRE_FLEET_KEY_FILE``) and the CA file to trust — paths, not secrets, made
+        absolute so that the command works from any directory."""
+        key = self.key_path()
+        files = (("key_file", key), ("ca_file", Path(self.ca_file) if self.ca_file else None))
+        return self.safe_url + "".join(
+            f"&{name}={quote(str(path.absolute()), safe='/')}" for name, path in files if path is not None
+        )
 
     def key_path(self) -> Path | None:
         """The operator-command key's file: ``key_file``, else ``$TRIPWIRE_FLEET_KEY_FILE``, else None."""

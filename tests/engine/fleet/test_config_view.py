@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from engine.fleet import FleetConfig, FleetConfigError, FleetKeys, Secret, fold_fleet, parse_fleet_url
@@ -28,7 +30,10 @@ def test_a_fleet_url_parses_and_never_shows_its_password() -> None:
     assert FleetConfig().forced_when_unavailable(["a"]) == []  # local: nothing forced
 
 
-def test_the_attach_url_names_the_key_and_ca_files_and_parses_back_to_them() -> None:
+def test_the_attach_url_names_the_key_and_ca_files_and_parses_back_to_them(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("TRIPWIRE_FLEET_KEY_FILE", raising=False)
     config = parse_fleet_url(
         "rediss://ops:hunter2!@redis.internal:6380/3?namespace=prod&quorum=3"
         "&key_file=/etc/tripwire/fleet key&ca_file=/etc/ssl/ca.pem"
@@ -39,6 +44,10 @@ def test_the_attach_url_names_the_key_and_ca_files_and_parses_back_to_them() -> 
     assert (back.key_file, back.ca_file) == ("/etc/tripwire/fleet key", "/etc/ssl/ca.pem")
     assert back.namespace == "prod"
     assert parse_fleet_url("redis://h/0?namespace=n").attach_url == "redis://h:6379/0?namespace=n"
+    monkeypatch.chdir(tmp_path)  # a key named by the environment, relative: made absolute
+    monkeypatch.setenv("TRIPWIRE_FLEET_KEY_FILE", "keys/fleet.key")
+    shown = parse_fleet_url("redis://h/0?namespace=n").attach_url
+    assert shown == f"redis://h:6379/0?namespace=n&key_file={tmp_path}/keys/fleet.key"
 
 
 @pytest.mark.parametrize(

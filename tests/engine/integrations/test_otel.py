@@ -12,23 +12,28 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import anyio
 import pytest
+from opentelemetry import trace as trace_api
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, DEFAULT_ON, Sampler
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import SpanContext, Status, StatusCode
+from opentelemetry.trace import SpanContext, Status, StatusCode, TraceFlags, TraceState
 
 from engine import BreakerConfig, RetryPolicy, ToolCall, ToolManifest, Turn
 from engine.exporters.otel import GEN_AI_EXECUTE_TOOL_DURATION, OtelExporter
-from engine.exporters.otel_spans import ExportedSpans
+from engine.exporters.otel_spans import DirectSpans, ExportedSpans
+from engine.exporters.sender import BackgroundSender
 from engine.llm import ToolCallExecutor
 from tests.engine.conftest import WALL, Scripted, new_engine
 from tests.engine.integrations.otlp_collector import Collected, otlp_collector
@@ -38,6 +43,7 @@ from tests.readme_examples import readme_example
 pytestmark = pytest.mark.anyio
 
 SECRET = "sk-live-0123456789abcdef"
+SCOPE = InstrumentationScope("tripwire")
 
 EXAMPLE = readme_example("### OpenTelemetry")
 """README's example, run by the OTLP test below."""
@@ -451,12 +457,95 @@ class Batches(SpanExporter):
         return SpanExportResult.SUCCESS
 
 
+def exported_spans(exporter: SpanExporter, sampler: Sampler = DEFAULT_ON) -> ExportedSpans:
+    sender = BackgroundSender("test-export")
+    return ExportedSpans(exporter, sender, Resource.create(), sampler, RandomIdGenerator(), SCOPE)
+
+
 def test_spans_go_in_batches_as_they_fill_and_a_failed_batch_does_not_stop_the_next() -> None:
     exporter = Batches(fail=1)
-    spans = ExportedSpans(exporter, Resource.create(), InstrumentationScope("tripwire"), max_batch=512)
+    spans = exported_spans(exporter)
     for i in range(1_100):
         spans.emit("execute_tool search", None, i, i + 1, {"gen_ai.tool.call.id": f"c{i}"}, (), Status())
+    assert spans.sender.wait(5.0)
     assert exporter.sizes == [512, 512]  # sent as each batch filled: few spans alive at a time
     spans.drained()
-    assert exporter.sizes == [512, 512, 76] and spans.failures == 1
-    assert spans.force_flush(1_000)  # nothing left
+    assert spans.sender.wait(5.0)
+    assert exporter.sizes == [512, 512, 76] and spans.sender.failures == 1
+
+
+class Blocked(InMemorySpanExporter):
+    """A collector that takes nothing until ``release`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        assert self.release.wait(30)
+        return super().export(spans)
+
+
+@pytest.mark.anyio
+async def test_a_collector_that_does_not_answer_never_stalls_the_spans_and_flush_keeps_its_deadline() -> None:
+    engine = await new_engine(ToolManifest(id="search"))
+    engine.register("search", Scripted("ok"))
+    collector = Blocked()
+    with OtelExporter(engine, span_exporter=collector, max_pending=100) as exporter:
+        for i in range(600):  # more than a batch: one export starts, and blocks
+            await engine.call("search")
+            if i % 50 == 49:  # the events become spans now, whatever the collector does
+                assert exporter.flush(timeout_s=0.0) is False
+        assert exporter.events_dropped == 0  # never more than 100 waiting for the worker
+        assert exporter.flush(timeout_s=0.1) is False  # not delivered, and said within its deadline
+        collector.release.set()
+        assert exporter.flush(timeout_s=5.0)
+    assert len(collector.get_finished_spans()) == 600
+
+
+@pytest.mark.anyio
+async def test_events_the_worker_cannot_take_are_counted() -> None:
+    engine = await new_engine(ToolManifest(id="search"))
+    engine.register("search", Scripted("ok"))
+    spans = InMemorySpanExporter()
+    with OtelExporter(engine, span_exporter=spans, max_pending=5, interval_s=1_000) as exporter:
+        for _ in range(8):  # one event a call outside a turn; the worker sleeps
+            await engine.call("search")
+        assert exporter.events_dropped == 3
+    assert len(spans.get_finished_spans()) == 5
+
+
+@pytest.mark.anyio
+async def test_the_providers_sampler_applies_to_the_spans_handed_to_an_exporter(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    engine = await new_engine(ToolManifest(id="search"))
+    engine.register("search", Scripted("ok"))
+    spans = InMemorySpanExporter()
+    provider = TracerProvider(sampler=ALWAYS_OFF, shutdown_on_exit=False)
+    with OtelExporter(engine, tracer_provider=provider, span_exporter=spans):
+        await engine.call("search")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "always_off")  # no SDK provider: the environment's
+    with OtelExporter(engine, tracer_provider=trace_api.NoOpTracerProvider(), span_exporter=spans):
+        await engine.call("search")
+    assert spans.get_finished_spans() == ()
+
+
+def test_the_fast_way_decides_as_the_default_sampler_would() -> None:
+    made: list[ReadableSpan] = []
+    state = TraceState([("vendor", "x")])
+    sampled = SpanContext(7, 8, True, TraceFlags(TraceFlags.SAMPLED), state)
+    unsampled = SpanContext(7, 9, False, TraceFlags(TraceFlags.DEFAULT))
+    default = DirectSpans(made.append, Resource.create(), DEFAULT_ON, RandomIdGenerator(), SCOPE)
+    always = DirectSpans(made.append, Resource.create(), ALWAYS_ON, RandomIdGenerator(), SCOPE)
+    default.emit("a", unsampled, 1, 2, {}, (), Status())  # a parent sampled out: so is its child
+    assert made == []
+    default.emit("b", sampled, 1, 2, {}, (), Status())  # a remote parent's trace, state and decision
+    always.emit("c", unsampled, 1, 2, {}, (), Status())  # always on: recorded, its parent's trace
+    default.emit("d", None, 1, 2, {}, (), Status())  # a root: a trace of its own
+    b, c, d = made
+    assert b.context is not None and b.parent is sampled
+    assert (b.context.trace_id, b.context.trace_state, b.context.trace_flags.sampled) == (7, state, True)
+    assert c.context is not None and c.context.trace_id == 7 and c.context.trace_flags.sampled
+    assert d.parent is None and d.context is not None and d.context.trace_id not in (0, 7)
+    assert d.context.trace_flags.sampled and d.context.trace_flags.random_trace_id

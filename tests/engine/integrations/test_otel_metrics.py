@@ -34,6 +34,7 @@ from engine.exporters.otel_metrics import (
     DurationHistogram,
     ExportedDurations,
 )
+from engine.exporters.sender import BackgroundSender
 from tests.engine.conftest import Scripted, new_engine
 from tests.engine.integrations.otlp_collector import otlp_collector
 
@@ -105,17 +106,21 @@ def test_a_new_period_starts_from_zero() -> None:
 
 
 def test_the_export_is_due_once_its_interval_passed_and_a_failed_export_is_counted() -> None:
-    now = [0]
+    now = [0.0]
     exporter = Captured(fail=True)
-    durations = ExportedDurations(exporter, Resource.create(), SCOPE, interval_s=60.0, clock=lambda: now[0])
+    sender = BackgroundSender("test-export")
+    durations = ExportedDurations(
+        exporter, sender, Resource.create(), SCOPE, interval_s=60.0, monotonic=lambda: now[0]
+    )
     assert not durations.due()
-    now[0] = 60 * 10**9
+    now[0] = 60.0
     assert durations.due()
-    assert durations.flush(1_000)  # nothing recorded: nothing sent
-    assert exporter.sent == [] and not durations.due()
+    durations.collect()  # nothing recorded: nothing sent
+    assert durations.flush(1_000) and exporter.sent == [] and not durations.due()
     durations.record(0.1, ("search", None))
-    assert not durations.flush(1_000)
-    assert durations.failures == 1 and len(exporter.sent) == 1
+    durations.collect()
+    assert durations.flush(5_000)  # sent, though the exporter refused it...
+    assert sender.failures == 1 and len(exporter.sent) == 1  # ...which is counted
 
 
 # --- through the exporter ------------------------------------------------------------------------
