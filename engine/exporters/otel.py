@@ -48,7 +48,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from engine.events import AttemptStarted, CallSucceeded, Event
-from engine.exporters.otel_builder import TURN_SPAN, SpanBuilder
+from engine.exporters.otel_builder import SpanBuilder
 from engine.exporters.otel_metrics import (
     DURATION_BUCKETS,
     GEN_AI_EXECUTE_TOOL_DURATION,
@@ -261,4 +261,4 @@ def _sdk_settings(provider: trace_api.TracerProvider) -> TracerProvider:
     return provider if isinstance(provider, TracerProvider) else TracerProvider(shutdown_on_exit=False)
 
 
-__all__ = ["DURATION_BUCKETS", "GEN_AI_EXECUTE_TOOL_DURATION", "TURN_SPAN", "OtelExporter"]
+__all__ = ["DURATION_BUCKETS", "GEN_AI_EXECUTE_TOOL_DURATION", "OtelExporter"]
