@@ -30,7 +30,6 @@ thread, and CPU time is steadier on a shared machine.
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import random
@@ -140,19 +139,7 @@ def summary(samples: dict[str, list[float]]) -> dict[str, dict[str, float]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--calls", type=int, default=10, help="tool calls per AI message")
-    parser.add_argument("--batches", type=int, default=200, help="messages per measurement")
-    parser.add_argument("--repeat", type=int, default=7)
-    parser.add_argument("--fail-every", type=int, default=5, help="every n-th call fails (0: none)")
-    parser.add_argument(
-        "--clock", choices=sorted(CLOCKS), default="cpu",
-        help="cpu: this process's CPU time (steadier on a shared machine; the work is CPU-bound); wall",
-    )  # fmt: skip
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    args = parser.parse_args()
+    args = llm_executor.message_arguments(__doc__, calls=10, batches=200).parse_args()
     llm_executor.clock = CLOCKS[args.clock]  # what per_call_us reads
     results = {
         "adapter": summary(

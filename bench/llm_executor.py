@@ -149,12 +149,13 @@ def summary(samples: dict[str, list[float]]) -> dict[str, dict[str, float]]:
     return out
 
 
-def main() -> None:
+def message_arguments(description: str | None, *, calls: int, batches: int) -> argparse.ArgumentParser:
+    """The command line of a benchmark of tool-call messages (this one's, bench/adapter_langgraph.py's)."""
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        description=description, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--calls", type=int, default=20, help="tool calls per message")
-    parser.add_argument("--batches", type=int, default=300, help="messages per measurement")
+    parser.add_argument("--calls", type=int, default=calls, help="tool calls per message")
+    parser.add_argument("--batches", type=int, default=batches, help="messages per measurement")
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--fail-every", type=int, default=5, help="every n-th call fails (0: none)")
     parser.add_argument(
@@ -162,7 +163,11 @@ def main() -> None:
         help="cpu: this process's CPU time (steadier on a shared machine; the work is CPU-bound); wall",
     )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = message_arguments(__doc__, calls=20, batches=300).parse_args()
     global clock
     clock = CLOCKS[args.clock]
     samples = anyio.run(measure, args.calls, args.batches, args.repeat, args.fail_every, backend="asyncio")

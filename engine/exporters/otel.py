@@ -36,8 +36,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from types import TracebackType
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING
 
 from opentelemetry import metrics as metrics_api
 from opentelemetry import trace as trace_api
@@ -47,6 +46,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
+from engine.closing import ClosedOnExit
 from engine.events import AttemptStarted, CallSucceeded, Event
 from engine.exporters.otel_builder import SpanBuilder
 from engine.exporters.otel_metrics import (
@@ -69,7 +69,7 @@ _CLOSE_TIMEOUT_S = 30.0
 """How long closing may wait for the exporters."""
 
 
-class OtelExporter:
+class OtelExporter(ClosedOnExit):
     """Exports an engine's tool calls and turns as OpenTelemetry spans and a duration histogram.
 
     ``tracer_provider`` / ``meter_provider``: the global ones by default. ``span_exporter``: an
@@ -239,14 +239,6 @@ class OtelExporter:
         self.flush(_CLOSE_TIMEOUT_S)
         if self._sender is not None:
             self._sender.close(_CLOSE_TIMEOUT_S)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     @property
     def abandoned(self) -> int:

@@ -181,27 +181,7 @@ class DirectSpans(SpanMaker):
                 max(end_ns, start_ns), self.scope,
             ))  # fmt: skip
             return
-        context, parent, recording = self._context(name, parent)
-        if recording:
-            self._on_end(name, context, parent, start_ns, end_ns, attributes, events, status)
-
-    def _on_end(
-        self,
-        name: str,
-        context: SpanContext,
-        parent: SpanContext | None,
-        start_ns: int,
-        end_ns: int,
-        attributes: Attributes,
-        events: Sequence[SpanEventData],
-        status: Status,
-    ) -> None:
-        span = ReadableSpan(
-            name, context, parent, self.resource, attributes,
-            [SpanEvent(label, attrs, at) for label, at, attrs in events] if events else (),
-            (), _INTERNAL, None, status, start_ns, max(end_ns, start_ns), self.scope,
-        )  # fmt: skip
-        self._deliver(span)
+        super().emit(name, parent, start_ns, end_ns, attributes, events, status)
 
     def end(
         self,
@@ -212,9 +192,11 @@ class DirectSpans(SpanMaker):
         status: Status,
     ) -> None:
         if span.recording:
-            self._on_end(
-                span.name, span.context, span.parent, span.start_ns, end_ns, attributes, events, status
-            )
+            self._deliver(ReadableSpan(
+                span.name, span.context, span.parent, self.resource, attributes,
+                [SpanEvent(label, attrs, at) for label, at, attrs in events] if events else (),
+                (), _INTERNAL, None, status, span.start_ns, max(end_ns, span.start_ns), self.scope,
+            ))  # fmt: skip
 
 
 class ProcessorSpans(DirectSpans):

@@ -40,8 +40,7 @@ from __future__ import annotations
 import threading
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, Self
+from typing import TYPE_CHECKING, Any, Final
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
@@ -50,6 +49,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Exemplar
 
 from engine.breaker import BreakerState
+from engine.closing import ClosedOnExit
 from engine.events import (
     AttemptFailed,
     AttemptStarted,
@@ -81,7 +81,7 @@ UNKNOWN_TOOL_LABEL: Final = "(unknown)"
 _STATES: Final = tuple(BreakerState)
 
 
-class PrometheusMetrics:
+class PrometheusMetrics(ClosedOnExit):
     """An engine's metrics for Prometheus: counts its events, registers a collector on ``registry``.
 
     Constructing it attaches it (a direct subscriber) and registers its collector on ``registry``
@@ -119,14 +119,6 @@ class PrometheusMetrics:
         if unsubscribe is not None:
             unsubscribe()
             self.registry.unregister(self)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
 
 class _Counts:
@@ -324,7 +316,7 @@ def _duration_histogram(counts: _Counts) -> HistogramMetricFamily:
     return histogram
 
 
-class MetricsServer:
+class MetricsServer(ClosedOnExit):
     """A running ``/metrics`` endpoint (see :func:`start_metrics_server`); :meth:`close` stops it."""
 
     def __init__(self, server: WSGIServer, thread: threading.Thread) -> None:
@@ -346,14 +338,6 @@ class MetricsServer:
             self._server.shutdown()
             self._thread.join()
         self._server.server_close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
 
 def start_metrics_server(

@@ -8,28 +8,13 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
+from engine.closing import ClosedOnExit
 from engine.errors import TraceStoreError
 from engine.events import Event
 from engine.store.codec import decode_event
 from engine.store.failures import StoreWriteError
-
-
-class ClosedOnExit:
-    """``with`` closes it."""
-
-    def close(self) -> None:
-        raise NotImplementedError
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
 
 @dataclass(slots=True)

@@ -35,10 +35,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Self
 
+from engine.closing import ClosedOnExit
 from engine.errors import TraceStoreError
 from engine.events import Event, ManifestLoaded, TurnFinished, TurnStarted
 from engine.store.backlog import Backlog, HeldBatch, Loss
-from engine.store.base import ClosedOnExit
 from engine.store.codec import ATTEMPT, FINISHED, STARTED
 from engine.store.failures import FailureLog, StoreWriteError
 from engine.store.retention import RetentionPolicy, RetentionSchedule

@@ -8,7 +8,7 @@ scope carrying the same deadline itself, not one pass later.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
 from typing import Any
@@ -70,6 +70,26 @@ async def busy(seconds: float) -> str:
     return "done"
 
 
+def cut_off_in(
+    seen: dict[str, int], passes: Callable[[], int]
+) -> tuple[Callable[[], Awaitable[None]], Callable[[float], Awaitable[None]]]:
+    """A tool that never returns and a bare cancel scope to the same deadline, each noting in
+    ``seen`` the loop pass it was cut off in (``tool``, ``reference``)."""
+
+    async def slow() -> None:
+        try:
+            await anyio.sleep_forever()
+        finally:
+            seen["tool"] = passes()
+
+    async def reference(deadline: float) -> None:
+        with anyio.CancelScope(deadline=deadline):
+            await anyio.sleep_forever()
+        seen["reference"] = passes()
+
+    return slow, reference
+
+
 async def test_a_tool_timeout_cancels_in_the_same_pass_as_the_backends_own_deadline() -> None:
     engine = await new_engine(
         ToolManifest(id="slow", timeout_ms=1000, retry_policy=ONCE),
@@ -77,18 +97,7 @@ async def test_a_tool_timeout_cancels_in_the_same_pass_as_the_backends_own_deadl
     )
     seen: dict[str, int] = {}
     with loop_passes() as passes:
-
-        async def slow() -> None:
-            try:
-                await anyio.sleep_forever()
-            finally:
-                seen["tool"] = passes()
-
-        async def reference(deadline: float) -> None:
-            with anyio.CancelScope(deadline=deadline):
-                await anyio.sleep_forever()
-            seen["reference"] = passes()
-
+        slow, reference = cut_off_in(seen, passes)
         engine.register("slow", slow)
         engine.register("busy", busy)
         async with anyio.create_task_group() as tg:
@@ -105,18 +114,7 @@ async def test_a_turn_deadline_cancels_in_the_same_pass_as_the_backends_own_dead
     engine = await new_engine(ToolManifest(id="slow", timeout_ms=60_000, retry_policy=ONCE))
     seen: dict[str, int] = {}
     with loop_passes() as passes:
-
-        async def slow() -> None:
-            try:
-                await anyio.sleep_forever()
-            finally:
-                seen["tool"] = passes()
-
-        async def reference(deadline: float) -> None:
-            with anyio.CancelScope(deadline=deadline):
-                await anyio.sleep_forever()
-            seen["reference"] = passes()
-
+        slow, reference = cut_off_in(seen, passes)
         engine.register("slow", slow)
         async with anyio.create_task_group() as tg:
             tg.start_soon(reference, anyio.current_time() + 2.0)

@@ -107,6 +107,14 @@ async def open_on(node: Node) -> None:
         await node.engine.try_call("search")
 
 
+async def acks_of(client: FleetClient, command_id: int, count: int) -> dict[str, Any]:
+    """The first ``count`` acknowledgements of command ``command_id``, read from Redis (3 s at most)."""
+    deadline = time.monotonic() + 3
+    while len(acks := await acknowledgements(client, command_id)) < count:
+        assert time.monotonic() < deadline, acks
+    return dict(acks)
+
+
 async def take_the_lease(node: Node) -> None:
     """A call in ``node`` once its breaker is half-open: rejected (no lease yet), it makes the
     process ask for the probe lease, which it then holds."""
@@ -228,12 +236,7 @@ async def test_a_process_that_takes_no_commands_refuses_a_signed_trip_and_says_w
         client = FleetClient(parse_fleet_url(url))
         try:
             sent = await send_command(client, "trip", "lookup", key=key, reason="maintenance")
-            acks: dict[str, Any] = {}
-            deadline = time.monotonic() + 3
-            while not acks:
-                assert time.monotonic() < deadline, "no acknowledgement"
-                acks = dict(await acknowledgements(client, sent.id))
-            (ack,) = acks.values()
+            (ack,) = (await acks_of(client, sent.id, 1)).values()
             assert ack.status == "refused"
             assert ack.result.startswith("this process takes no operator commands")
             assert node.state("lookup") is BreakerState.CLOSED
@@ -258,24 +261,12 @@ async def test_an_operator_trip_reaches_every_process_and_each_acknowledges(
             for node in nodes:
                 (tripped,) = node.events.of("BreakerTripped")
                 assert tripped.reason == "maintenance" and tripped.actor.startswith("operator:")
-            acks: dict[str, Any] = {}
-
-            async def read_acks() -> None:
-                acks.update(await acknowledgements(client, sent.id))
-
-            deadline = time.monotonic() + 3
-            while len(acks) < 3:
-                assert time.monotonic() < deadline, acks
-                await read_acks()
+            acks = await acks_of(client, sent.id, 3)
             assert set(acks) == {n.fleet.member.id for n in nodes}
             assert {(a.status, a.result) for a in acks.values()} == {("applied", "FORCED_OPEN")}
 
             forged = await send_command(client, "reset", "lookup", key=os.urandom(32))
-            deadline = time.monotonic() + 3
-            refused: dict[str, Any] = {}
-            while len(refused) < 3:
-                assert time.monotonic() < deadline, refused
-                refused = dict(await acknowledgements(client, forged.id))
+            refused = await acks_of(client, forged.id, 3)
             assert {a.status for a in refused.values()} == {"refused"}
             assert all(n.state("lookup") is BreakerState.FORCED_OPEN for n in nodes)
         finally:

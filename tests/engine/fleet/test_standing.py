@@ -20,11 +20,11 @@ import redis
 from anyio import current_time
 
 from engine import BreakerConfig, BreakerState, Engine, RetryPolicy, ToolManifest
-from engine.fleet import Fleet, FleetClient, acknowledgements, parse_fleet_url, send_command
+from engine.fleet import Fleet, FleetClient, parse_fleet_url, send_command
 from engine.fleet.keys import FleetKeys
 from tests.engine.conftest import new_engine, recorded
 from tests.engine.fleet.conftest import RedisServer, eventually
-from tests.engine.fleet.test_fleet import FAST, Node, Service, lookup, manifests, namespace, open_on
+from tests.engine.fleet.test_fleet import FAST, Node, Service, acks_of, lookup, manifests, namespace, open_on
 
 pytestmark = pytest.mark.anyio
 
@@ -54,13 +54,6 @@ class Partition:
             return await real(*commands)
 
         fleet.client.execute = execute  # type: ignore[method-assign]  # the test's stand-in
-
-
-async def acks_of(client: FleetClient, command_id: int, count: int) -> dict[str, Any]:
-    deadline = time.monotonic() + 3
-    while len(acks := await acknowledgements(client, command_id)) < count:
-        assert time.monotonic() < deadline, acks
-    return dict(acks)
 
 
 async def test_a_standing_trip_and_disable_reach_a_process_that_joins_later_until_reset(
