@@ -1,4 +1,7 @@
-"""``with`` for the things that have a ``close()``: the trace recorder, the exporters."""
+"""``with`` for the things that have a ``close()``: the trace recorder, the exporters.
+
+Internal: the engine's machinery, no public names.
+"""
 
 from __future__ import annotations
 
