@@ -106,6 +106,7 @@ class Engine(CallGuard):
         self.new_task_group: Callable[[], TaskGroup] = anyio.create_task_group
         """Makes turns' task groups: the running backend's own factory while the engine runs."""
         self._stack: AsyncExitStack | None = None
+        self._registration_hooks: tuple[Callable[[str], None], ...] = ()
 
     # --- tools ---------------------------------------------------------------------------
 
@@ -124,7 +125,20 @@ class Engine(CallGuard):
         self._tools[name] = RegisteredTool(
             name, fn, is_async, is_stream, breaker, self.metrics.tool(name), manifest
         )
+        for hook in self._registration_hooks:
+            hook(name)
         return fn
+
+    def on_register(self, hook: Callable[[str], None]) -> Callable[[], None]:
+        """Call ``hook(tool_id)`` after every later registration, before ``register`` returns: how
+        standing state (an operator's override kept in a store or a fleet) reaches a tool however
+        late it is registered. Returns a function that removes the hook."""
+        self._registration_hooks = (*self._registration_hooks, hook)  # replaced, never mutated
+
+        def remove() -> None:
+            self._registration_hooks = tuple(h for h in self._registration_hooks if h is not hook)
+
+        return remove
 
     def unregister(self, name: str) -> None:
         """Retire tool ``name`` (an MCP server withdrew it): later calls are refused as unknown,

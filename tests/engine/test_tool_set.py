@@ -41,3 +41,18 @@ async def test_available_tools_leaves_out_a_tool_whose_breaker_rejects_until_its
     assert engine.available_tools() == []
     await anyio.sleep(30)  # the open period ends: one probe is admitted again
     assert engine.available_tools() == ["flaky"]
+
+
+async def test_registration_hooks_see_every_later_tool_already_registered_until_removed() -> None:
+    engine = await new_engine()
+    engine.register("early", Scripted("ok"))
+    seen: list[tuple[str, str]] = []
+    remove = engine.on_register(lambda tool: seen.append((tool, str(engine.state(tool)))))
+    engine.on_register(lambda tool: engine.trip(tool, reason="standing") if tool == "late" else None)
+    engine.register("search", Scripted("ok"))
+    engine.register("late", Scripted("ok"))
+    assert seen == [("search", "CLOSED"), ("late", "CLOSED")]  # in order, after the tool exists
+    assert str(engine.state("late")) == "FORCED_OPEN"  # applied before register returned
+    remove()
+    engine.register("after", Scripted("ok"))
+    assert [tool for tool, _ in seen] == ["search", "late"]
