@@ -11,9 +11,11 @@ the engine checks them, applies them, records the transition like any other, and
 each with the breaker state it left, which :meth:`AttachedLink.act` waits for. A console that
 cannot read the key (or attached to a service that takes no commands) is read-only, and says why.
 
-The engine's word is its events and the heartbeat its recorder writes every couple of seconds
-(the ``writers`` table); when neither has changed for :data:`STALE_AFTER_S`, :attr:`AttachedLink.stale_for`
-says for how long, and the console shows the board as the last known state.
+Whether the engine is heard from comes from the heartbeat its recorder writes every couple of
+seconds and its process (the ``writers`` table, :func:`~engine.store.writers.engine_heard`), never
+from its events' times (a run on a virtual clock stamps them ahead of the wall clock): when it has
+not beaten for :data:`STALE_AFTER_S`, or its process is gone, :attr:`AttachedLink.stale_for` says
+for how long, and the console shows the board as the last known state.
 """
 
 from __future__ import annotations
@@ -30,9 +32,10 @@ from console.host import Action
 from console.model import ManifestView, ToolSeed
 from engine.errors import TripwireError
 from engine.events import Event
+from engine.liveness import Heard
 from engine.store import CommandRow, StoreSnapshot, ToolState, TraceStore, TraceStoreError
 from engine.store.command_auth import CommandKeyError, command_key_path, read_key
-from engine.store.writers import HEARTBEAT_S
+from engine.store.writers import HEARD_WITHIN_S, engine_heard
 
 log = logging.getLogger("tripwire.console")
 
@@ -51,8 +54,8 @@ UNANSWERED_S = 3.0
 CHECK_S = 1.0
 """How often the follower thread looks for unanswered commands."""
 NO_COMMANDS = "the service on this store takes no operator commands (tripwire serve --no-commands)"
-STALE_AFTER_S = 2.5 * HEARTBEAT_S
-"""No event and no heartbeat for this long: the engine is taken for gone (one beat may be late)."""
+STALE_AFTER_S = HEARD_WITHIN_S
+"""No heartbeat for this long: the engine is taken for gone (one beat may be late)."""
 
 
 class CommandFailed(TripwireError):
@@ -117,7 +120,8 @@ class AttachedLink:
         except BaseException:
             self.store.close()
             raise
-        self._cursor = max(0, self.snapshot.last_event_id - history)
+        # The recent history of the engine that recorded last: an earlier run's is in the traces.
+        self._cursor = max(0, self.snapshot.last_event_id - history, self.snapshot.run_started_id - 1)
         """The row id of the last event handed on."""
         self._newest: tuple[float, float] | None = None
         """(engine time, wall-clock time) of the newest event: the engine's clock, estimated."""
@@ -126,13 +130,10 @@ class AttachedLink:
         self.history_until: float | None = self.snapshot.newest_at
         """Wall-clock time of the newest event when the link opened: what happened by then is
         history (the console folds it without toasts)."""
-        self._heartbeat = self._read_heartbeat()
-        words = [w for w in (self.snapshot.newest_at, self._heartbeat) if w is not None]
-        self._word_at: float | None = None
-        """When the engine was last heard from (an event, a new heartbeat), on this process's
-        monotonic clock; None when it never was."""
-        if words:
-            self._word_at = time.monotonic() - max(0.0, self.wall_clock() - max(words))
+        self._beats: dict[int, tuple[float, float]] = {}
+        """Writer id → (its heartbeat as last read, when it was that old on our monotonic clock)."""
+        self._heard = Heard("never", None)
+        self._heard = self._listen_now()
         self._sinks: list[Callable[[Event], None]] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -157,8 +158,9 @@ class AttachedLink:
         return unsubscribe
 
     def seeds(self) -> list[ToolSeed]:
-        """Every tool seen in the store, as of the moment the link opened it."""
-        return [_seed(tool) for tool in self.snapshot.tools]
+        """Every tool of the engine that recorded last, as of the moment the link opened the store
+        (tools seen only in earlier runs are history: the traces have them)."""
+        return [_seed(tool) for tool in self.snapshot.tools if tool.registered]
 
     def now(self) -> float:
         """Engine time: the newest event's, plus the wall-clock time since it happened."""
@@ -212,19 +214,24 @@ class AttachedLink:
         return self._store_problem or self._engine_problem
 
     @property
+    def heard(self) -> Heard:
+        """Whether the engine is heard from, by its heartbeat and process (read every second)."""
+        return self._heard
+
+    @property
     def silence(self) -> float | None:
-        """Seconds since the engine was last heard from (an event, a heartbeat); None if never."""
-        word_at = self._word_at
-        return None if word_at is None else max(0.0, time.monotonic() - word_at)
+        """Seconds since the engine's last heartbeat; None if it never beat."""
+        return self._heard.age_s
 
     @property
     def stale_for(self) -> float | None:
-        """How long the engine has said nothing, once that is over :data:`STALE_AFTER_S` (``inf``
-        when it never said anything); None while it is heard from."""
-        silence = self.silence
-        if silence is None:
-            return float("inf")
-        return silence if silence > STALE_AFTER_S else None
+        """How long the engine has said nothing, once it is not live — silent over
+        :data:`STALE_AFTER_S`, its process gone, or stopped (``inf`` when it never said anything);
+        None while it is heard from."""
+        heard = self._heard
+        if heard.live:
+            return None
+        return float("inf") if heard.age_s is None else heard.age_s
 
     def close(self) -> None:
         if self._closed:
@@ -247,7 +254,6 @@ class AttachedLink:
                 self._store_problem = f"cannot follow the trace store: {exc.problem}"
                 page = []
             if page:
-                self._word_at = time.monotonic()
                 sinks = self._sinks
                 for _, event in page:
                     for sink in sinks:
@@ -263,19 +269,26 @@ class AttachedLink:
             if len(page) < PAGE:
                 self._stop.wait(self.poll_s)
 
-    def _read_heartbeat(self) -> float | None:
-        try:
-            return self.store.newest_heartbeat()
-        except TraceStoreError:
-            return None  # the follower reports a store it cannot read
-
     def _listen(self) -> None:
-        """A heartbeat that changed is word from the engine (changed, not recent: another host's
-        clock may be off)."""
-        beat = self._read_heartbeat()
-        if beat is not None and beat != self._heartbeat:
-            self._heartbeat = beat
-            self._word_at = time.monotonic()
+        self._heard = self._listen_now()
+
+    def _listen_now(self) -> Heard:
+        """The engine's liveness from its writers' heartbeats: a writer's silence is measured on our
+        monotonic clock from when its heartbeat last changed (another host's clock may be off);
+        first seen, it is as old as its stamp says."""
+        try:
+            writers = self.store.writers()
+        except TraceStoreError:
+            return self._heard  # the follower says the store cannot be read
+        mono, now = time.monotonic(), self.wall_clock()
+        ages = {}
+        for w in writers:
+            seen = self._beats.get(w.id)
+            if seen is None or seen[0] != w.heartbeat_at:
+                age = max(0.0, now - w.heartbeat_at) if seen is None else 0.0
+                seen = self._beats[w.id] = (w.heartbeat_at, mono - age)
+            ages[w.id] = mono - seen[1]
+        return engine_heard(writers, now, ages=ages)
 
     def _skip(self, event_id: int, problem: str) -> None:
         self._cursor = max(self._cursor, event_id)
@@ -297,10 +310,9 @@ class AttachedLink:
         command = pending[0]
         sent = render.clock(command.created_at)
         what = f"{command.action} of {command.tool_id} sent at {sent} is unacknowledged"
-        newest = self._newest
-        if newest is None or now - newest[1] > self.unanswered_s:
-            since = "no events yet" if newest is None else f"no events since {render.clock(newest[1])}"
-            self._engine_problem = f"the engine seems gone: {since}, and a {what}"
+        heard = self._heard
+        if not heard.live:
+            self._engine_problem = f"the engine seems gone ({heard.words()}), and a {what}"
         else:
             self._engine_problem = (
                 f"the engine records events but applies no operator commands: a {what}"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from console.app import ConsoleApp
 from console.host import EngineHost, driven_engine
-from engine.store import RetentionPolicy, TraceRecorder, TraceStore
+from engine.store import OverridePolicy, RetentionPolicy, TraceRecorder, TraceStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +25,8 @@ class LiveOptions:
     """How many times to play the scenario (forever by default)."""
     retention: RetentionPolicy | None = None
     """What the store keeps while the console records (the defaults: 7 days, 1 GiB)."""
+    forget_overrides: bool = False
+    """Drop the operators' standing trips and disables kept in the store instead of putting them back."""
 
 
 def build_live_app(options: LiveOptions) -> ConsoleApp:
@@ -42,7 +44,11 @@ def build_live_app(options: LiveOptions) -> ConsoleApp:
         store = TraceStore(options.traces)
         # Batches: the engine never waits for the disk; the console reads what is committed.
         retention = options.retention if options.retention is not None else RetentionPolicy()
-        recorder = TraceRecorder(store, durability="batch", retention=retention).attach(engine)
+        overrides: OverridePolicy = (
+            "forget" if options.forget_overrides else "keep"
+        )  # an operator's trip stands until reset
+        recorder = TraceRecorder(store, durability="batch", retention=retention, overrides=overrides)
+        recorder.attach(engine)
     parts = [what, f"{options.manifests}/"]
     if options.traces is not None:
         parts.append(f"recording {options.traces}")

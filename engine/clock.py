@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import time
 from collections.abc import Callable
 
 import anyio
@@ -47,6 +48,15 @@ def backend_task_group() -> Callable[[], TaskGroup]:
     """The running backend's task-group factory, looked up once (like :func:`backend_clock`)."""
     factory = getattr(_backend(), "create_task_group", None)
     return factory if callable(factory) else anyio.create_task_group
+
+
+def time_anywhere(clock: Callable[[], float] = current_time) -> float:
+    """``clock()``, engine time; outside a running event loop (a tool registered or an override
+    restored before ``anyio.run``) what an asyncio loop's clock reads then, as attached readers assume."""
+    try:
+        return clock()
+    except (NoEventLoopError, RuntimeError):  # no event loop in this thread
+        return time.monotonic()
 
 
 class VirtualWallClock:

@@ -27,8 +27,8 @@ from anyio.abc import TaskGroup
 from engine.breaker import BreakerState, CircuitBreaker
 from engine.bus import EventBus, Subscriber
 from engine.call import CallContext, CallResult, RegisteredTool, ToolFn
-from engine.clock import backend_cancel_scope, backend_clock, backend_task_group
-from engine.events import Event
+from engine.clock import backend_cancel_scope, backend_clock, backend_task_group, time_anywhere
+from engine.events import BreakerRestored, Event, ToolRegistered
 from engine.guard import CallGuard
 from engine.handler import HandlerLike, as_handler
 from engine.manifest import MAX_MANIFEST_BYTES, TOOL_ID_PATTERN, ManifestFile, ManifestRegistry, ToolManifest
@@ -125,6 +125,12 @@ class Engine(CallGuard):
         self._tools[name] = RegisteredTool(
             name, fn, is_async, is_stream, breaker, self.metrics.tool(name), manifest
         )
+        if self._bus.active:
+            self.publish(
+                ToolRegistered(
+                    at=self.wall_clock(), t=time_anywhere(self.clock), tool_id=name, state=breaker.state
+                )
+            )
         for hook in self._registration_hooks:
             hook(name)
         return fn
@@ -234,6 +240,25 @@ class Engine(CallGuard):
         """Admit every call while still counting failures."""
         breaker = self._tool(tool_id).breaker
         self._transitioned(breaker.disable(current_time(), actor=actor, reason=reason), None, None)
+
+    def restore(self, tool_id: str, state: BreakerState, *, actor: str, reason: str, set_at: float) -> None:
+        """Put back an operator's standing override — ``FORCED_OPEN`` (a trip) or ``DISABLED`` —
+        set by ``actor`` at ``set_at`` (wall clock) for ``reason``, announced as ``BreakerRestored``.
+        Works before the engine's event loop runs (a tool registered before ``anyio.run``)."""
+        breaker = self._tool(tool_id).breaker
+        if state is BreakerState.FORCED_OPEN:
+            move = breaker.trip
+        elif state is BreakerState.DISABLED:
+            move = breaker.disable
+        else:
+            raise ValueError(f"only FORCED_OPEN and DISABLED stand until reset, not {state}")
+        tr = move(time_anywhere(self.clock), actor=actor, reason=reason)
+        self.publish(
+            BreakerRestored(
+                at=self.wall_clock(), t=tr.t, tool_id=tool_id, from_state=tr.from_state, to_state=tr.to_state,
+                reason=tr.reason, actor=tr.actor, consecutive_failures=tr.consecutive_failures, set_at=set_at,
+            )
+        )  # fmt: skip
 
     # --- the fleet's decisions (engine.fleet applies them between calls) -------------------
 

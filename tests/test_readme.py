@@ -119,9 +119,13 @@ def test_the_trace_store_example_runs(
     exported = [
         json.loads(line)["event_type"] for line in (tmp_path / "last-hour.jsonl").read_text().splitlines()
     ]
-    manifests = exported.count("ManifestLoaded")  # the versions in force when recording started
-    assert manifests == 7 and exported[:manifests] == ["ManifestLoaded"] * manifests
-    assert exported[manifests] == "TurnStarted" and len(exported) == manifests + 4
+    # The manifest versions in force when recording started (by when they were loaded) and the
+    # tools' breakers then, then the turn.
+    manifests = exported.count("ManifestLoaded")
+    assert manifests == 7 and sorted(exported[: manifests + 1]) == ["ManifestLoaded"] * 7 + [
+        "RecordingStarted"
+    ]
+    assert exported[manifests + 1] == "TurnStarted" and len(exported) == manifests + 5
 
 
 def test_the_operator_commands_example_runs(

@@ -199,6 +199,11 @@ def _retention(args: argparse.Namespace) -> RetentionPolicy:
 
 def _console(args: argparse.Namespace) -> int:
     attach: str | None = getattr(args, "attach", None)
+    if attach is not None and getattr(args, "forget_overrides", False):
+        raise UsageError(
+            "--forget-overrides is for an engine of the console's own: the attached engine keeps its"
+            " own (tripwire serve --forget-overrides)"
+        )
     if attach is not None and attach.startswith(FLEET_SCHEMES):
         return _fleet_console(args, attach)
     if attach is not None:
@@ -210,6 +215,10 @@ def _console(args: argparse.Namespace) -> int:
     scenario = getattr(args, "scenario", None)
     if scenario is None and workload is None:
         scenario = bundled_manifests() / "demo" / "live.yaml"
+    if getattr(args, "no_record", False) and getattr(args, "forget_overrides", False):
+        raise UsageError(
+            "--forget-overrides drops those kept in the trace store: it cannot be used with --no-record"
+        )
     _need_terminal()  # before the engine starts and the store is created
     no_record = getattr(args, "no_record", False)
     replay: str | None = getattr(args, "replay", None)
@@ -225,6 +234,7 @@ def _console(args: argparse.Namespace) -> int:
         read_only=getattr(args, "read_only", False),
         refresh_hz=getattr(args, "refresh_hz", 10.0),
         retention=_retention(args),
+        forget_overrides=getattr(args, "forget_overrides", False),
     )
     app = build_live_app(options)
     app.replay_turn = replay

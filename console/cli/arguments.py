@@ -85,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
         " a redis:// or rediss:// URL watches the fleet in that Redis namespace",
     )
     _retention_options(live)
+    _override_options(live)
     live.add_argument("--read-only", action="store_true", help="watch only: no trip, reset or disable")
     live.add_argument(
         "--refresh-hz", type=float, default=10.0, help="redraws per second (1 to 30, default 10)"
@@ -119,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     _engine_options(serve, recording="record in and take operator commands from", optional=False)
     _workload_options(serve)
     _retention_options(serve)
+    _override_options(serve)
     serve.add_argument(
         "--poll-ms",
         type=float,
@@ -348,6 +350,16 @@ def _retention_options(parser: argparse.ArgumentParser) -> None:
         "--retention-size",
         metavar="SIZE",
         help="keep the store's data under this, e.g. 1GiB or 500MB, or off (default 1GiB)",
+    )
+
+
+def _override_options(parser: argparse.ArgumentParser) -> None:
+    """An engine that records keeps the operators' trips and disables across restarts, unless told."""
+    parser.add_argument(
+        "--forget-overrides",
+        action="store_true",
+        help="drop the operators' standing trips and disables kept in the trace store (recorded as"
+        " OverridesForgotten); by default they are put back as the engine starts",
     )
 
 

@@ -38,7 +38,7 @@ from console.host import Action
 from console.usage import UsageError
 from engine.breaker import BreakerState
 from engine.errors import iso_timestamp, one_line
-from engine.events import BreakerTransitioned
+from engine.events import BreakerRestored, BreakerTransitioned, Event, RecordingStarted, ToolRegistered
 
 if TYPE_CHECKING:
     from engine.fleet import FleetAck, FleetClient, FleetConfig, FleetView, MemberView, ToolView
@@ -68,12 +68,14 @@ class BreakerLine:
     consecutive_failures: int
     half_open_in_s: float | None
     """Engine time left until an OPEN breaker admits a probe; below 0 when that is overdue."""
-    last: BreakerTransitioned | None
+    last: Event | None
+    """What last set the state: a transition, a restored override, its registration, or the start
+    of the engine that records (see ``TraceStore.last_breaker_change``)."""
 
 
 def breaker_lines(link: AttachedLink) -> list[BreakerLine]:
-    """Every tool the store knows, as an attached console's board starts: its seed, and its last
-    transition."""
+    """Every tool of the engine that recorded last, as an attached console's board starts: its
+    seed, and what last set its state."""
     now = link.now()
     return [
         BreakerLine(
@@ -81,23 +83,21 @@ def breaker_lines(link: AttachedLink) -> list[BreakerLine]:
             seed.state,
             seed.consecutive_failures,
             seed.half_open_at - now if seed.half_open_at is not None else None,
-            link.store.last_transition(seed.tool_id),
+            link.store.last_breaker_change(seed.tool_id),
         )
         for seed in link.seeds()
     ]
 
 
 def engine_word(link: AttachedLink) -> str:
-    """Whether the engine is heard from, on one line."""
-    stale = link.stale_for
-    if stale == float("inf"):
+    """Whether the engine is heard from, on one line: by its heartbeat and process, never by the
+    times of its events."""
+    heard = link.heard
+    if heard.live:
+        return f"the engine is heard from ({heard.who})"
+    if heard.status == "never":
         return "no word from an engine yet: is tripwire serve running on it?"
-    if stale is not None:
-        return (
-            f"no word from the engine for {render.duration(stale * 1000)}: is tripwire serve running"
-            " on it? (the states are the last it stored)"
-        )
-    return "the engine is heard from"
+    return f"the engine is {heard.words()}: the states are the last it stored"
 
 
 def list_command(target: Path | str, console: Console, *, as_json: bool) -> int:
@@ -110,7 +110,7 @@ def list_command(target: Path | str, console: Console, *, as_json: bool) -> int:
     try:
         lines = breaker_lines(link)
         taking = link.store.taking_commands()
-        silence, stale = link.silence, link.stale_for
+        heard = link.heard
         word = engine_word(link)
     finally:
         link.close()
@@ -120,8 +120,10 @@ def list_command(target: Path | str, console: Console, *, as_json: bool) -> int:
                 {
                     "store": str(path),
                     "engine": {
-                        "heard_from_s_ago": None if silence is None else round(silence, 3),
-                        "stale": stale is not None,
+                        "status": heard.status,
+                        "heard_from_s_ago": None if heard.age_s is None else round(heard.age_s, 3),
+                        "stale": not heard.live,
+                        "writer": heard.who or None,
                         "takes_commands": taking,
                     },
                     "tools": [_line_dict(line) for line in lines],
@@ -147,8 +149,8 @@ def list_command(target: Path | str, console: Console, *, as_json: bool) -> int:
         )
         for line in lines
     ]
-    notes = [_transition(line.last) for line in lines]
-    for text in aligned_rows(console, columns, cells, notes, note_header="last transition: by whom, why"):
+    notes = [_transition(line.tool_id, line.last) for line in lines]
+    for text in aligned_rows(console, columns, cells, notes, note_header="last change: by whom, why"):
         console.print(text, soft_wrap=True)  # a tool's line is never wrapped: names stay whole
     return 0
 
@@ -223,29 +225,45 @@ def _outcome(
 
 
 def _line_dict(line: BreakerLine) -> dict[str, Any]:
-    last = line.last
     return {
         "tool": line.tool_id,
         "state": str(line.state),
         "consecutive_failures": line.consecutive_failures,
         "half_open_in_s": None if line.half_open_in_s is None else round(line.half_open_in_s, 3),
-        "last_transition": None
-        if last is None
-        else {
-            "at": iso_timestamp(last.at),
-            "from": str(last.from_state),
-            "to": str(last.to_state),
-            "actor": last.actor,
-            "reason": last.reason,
-        },
+        "last_transition": _change(line.tool_id, line.last),
     }
 
 
-def _transition(last: BreakerTransitioned | None) -> str:
-    if last is None:
+def _change(tool_id: str, last: Event | None) -> dict[str, Any] | None:
+    """What last set a tool's state, as ``list --json`` prints it (``event`` names its kind)."""
+    if isinstance(last, BreakerTransitioned):
+        fields = {"from": str(last.from_state), "to": str(last.to_state), "actor": last.actor}
+        if isinstance(last, BreakerRestored):
+            fields["set_at"] = iso_timestamp(last.set_at)
+        return {"at": iso_timestamp(last.at), "event": last.event_type, **fields, "reason": last.reason}
+    if isinstance(last, ToolRegistered):
+        return {"at": iso_timestamp(last.at), "event": last.event_type, "from": None, "to": str(last.state),
+                "actor": "engine", "reason": "registered"}  # fmt: skip
+    if isinstance(last, RecordingStarted):
+        state = last.breakers.get(tool_id, {}).get("state")
+        reason = f"the engine started recording ({last.host} pid {last.pid})"
+        return {"at": iso_timestamp(last.at), "event": last.event_type, "from": None, "to": state,
+                "actor": "engine", "reason": reason}  # fmt: skip
+    return None
+
+
+def _transition(tool_id: str, last: Event | None) -> str:
+    change = _change(tool_id, last)
+    if change is None:
         return ""
-    reason = f": {last.reason}" if last.reason else ""
-    return _printable(f"{last.from_state} → {last.to_state} by {last.actor}{reason}")
+    if change["event"] == "BreakerRestored":
+        why = f": {change['reason']}" if change["reason"] else ""
+        set_at = change["set_at"][:19].replace("T", " ")
+        return _printable(f"{change['to']} restored: set by {change['actor']} at {set_at} UTC{why}")
+    if change["from"] is None:
+        return _printable(f"{change['to']}: {change['reason']}")
+    why = f": {change['reason']}" if change["reason"] else ""
+    return _printable(f"{change['from']} → {change['to']} by {change['actor']}{why}")
 
 
 def _time(at: float) -> str:

@@ -10,7 +10,7 @@ import argparse
 import shlex
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
@@ -26,7 +26,7 @@ from console.usage import UsageError
 from engine.engine import Engine
 from engine.errors import one_line
 from engine.locations import bundled_manifests
-from engine.store import RetentionPolicy, TraceRecorder, TraceStore, serve_operator_commands
+from engine.store import OverridePolicy, RetentionPolicy, TraceRecorder, TraceStore, serve_operator_commands
 
 if TYPE_CHECKING:
     from engine.fleet import Fleet, FleetConfig
@@ -50,12 +50,16 @@ def serve_command(args: argparse.Namespace, retention: RetentionPolicy) -> int:
             key = None if args.no_commands else store.command_key()
             store.set_taking_commands(key is not None)  # what attached consoles are told
             # Batches: the engine never waits for the disk; attached consoles read what is committed.
-            recorder = TraceRecorder(store, durability="batch", retention=retention).attach(engine)
+            # An operator's trip or disable stands until reset, across restarts (unless forgotten).
+            overrides: OverridePolicy = "forget" if args.forget_overrides else "keep"
+            recorder = TraceRecorder(store, durability="batch", retention=retention, overrides=overrides)
+            recorder.attach(engine)
             try:
                 recorder.flush()  # the manifests in force are stored before anyone is told to attach
                 service = partial(
                     _run_service, engine, store, workload, args.traces, args.poll_ms / 1000, key,
                     _fleet(engine, *fleet, commands=not args.no_commands) if fleet is not None else None,
+                    recorder.flush,
                 )  # fmt: skip
                 return anyio.run(service, backend="asyncio")
             finally:
@@ -134,7 +138,7 @@ def _fleet(engine: Engine, config: FleetConfig, key: bytes | None, *, commands: 
 
 async def _run_service(
     engine: Engine, store: TraceStore, workload: Workload, traces: Path, poll_s: float, key: bytes | None,
-    fleet: tuple[Fleet, bool] | None = None,
+    fleet: tuple[Fleet, bool] | None = None, flush: Callable[[float], bool] | None = None,
 ) -> int:  # fmt: skip
     """The engine, its workload, (given the command key) the operator commands and (given one)
     its fleet membership, in one task group until a signal."""
@@ -142,7 +146,9 @@ async def _run_service(
     async with engine, anyio.create_task_group() as group:
         await group.start(_cancel_on_signal, group.cancel_scope)
         if key is not None:
-            await group.start(partial(serve_operator_commands, engine, store, key=key, poll_s=poll_s))
+            # Acknowledged once the transition is committed: "applied" survives a kill at once.
+            commands = partial(serve_operator_commands, engine, store, key=key, poll_s=poll_s, flush=flush)
+            await group.start(commands)
         if fleet is not None:  # started after one round trip; Redis away, it goes on by its policy
             await group.start(fleet[0].run)
         where = shlex.quote(str(traces))

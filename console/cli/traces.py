@@ -18,8 +18,10 @@ from rich.text import Text
 from console.cli.tables import Column, aligned_rows, cli_table
 from console.usage import UsageError, parse_span, parse_when
 from engine.errors import iso_timestamp
+from engine.liveness import Heard
 from engine.store import CommandRow, ExportRefused, StoredTurn, TraceStore, TraceStoreError, TurnRow
 from engine.store.opening import file_integrity_problem
+from engine.store.writers import engine_heard
 
 REFRESH_BUSY_MS = 200
 """How long a listing waits for a writer's lock before showing the store as it is."""
@@ -66,6 +68,12 @@ def where_command(traces: Path, why: str, console: Console, *, as_json: bool) ->
     return 0
 
 
+def _engine_dict(heard: Heard) -> dict[str, Any]:
+    """Whether the engine recording into the store is heard from, as ``--json`` prints it."""
+    age = None if heard.age_s is None else round(heard.age_s, 3)
+    return {"status": heard.status, "heard_from_s_ago": age, "writer": heard.who or None}
+
+
 def _row_dict(row: TurnRow) -> dict[str, Any]:
     return {
         "turn_id": row.turn_id,
@@ -100,10 +108,13 @@ def list_command(
             since=parse_when(since),
             until=parse_when(until),
         )
+        heard = engine_heard(store.writers(), time.time())
     if as_json:
-        print(json.dumps({"turns": [_row_dict(r) for r in page.rows], "next_cursor": page.next_cursor}))
+        turns = [_row_dict(r) for r in page.rows]
+        print(json.dumps({"turns": turns, "next_cursor": page.next_cursor, "engine": _engine_dict(heard)}))
         return 0
     console.print(Text(f"turns in {traces}", style="bold"), soft_wrap=True)
+    console.print(Text(f"the engine recording into it: {heard.words()}", style="dim"), soft_wrap=True)
     columns = (Column("started"), Column("turn"), Column("outcome"), Column("calls", "right", "{} calls"),
                Column("ms", "right", "{} ms"))  # fmt: skip
     cells = [
@@ -127,17 +138,23 @@ def list_command(
 def show_command(traces: Path, turn_id: str, console: Console, *, as_json: bool) -> int:
     with open_store(traces) as store:
         stored = store.load_turn(turn_id)
-    if as_json:
-        print(
-            json.dumps({**_row_dict(stored.row), "events": [e.to_dict() for e in stored.events]}, default=str)
-        )
-        return 0
+        heard = engine_heard(store.writers(), time.time())
     row = stored.row
+    if as_json:
+        shown = {**_row_dict(row), "events": [e.to_dict() for e in stored.events]}
+        if row.outcome == "running":
+            shown["engine"] = _engine_dict(heard)
+        print(json.dumps(shown, default=str))
+        return 0
     heading = Text.assemble(
         (row.turn_id, "bold"), "  ", (row.outcome, OUTCOME_STYLE.get(row.outcome, "")), "  ",
         iso_timestamp(row.started_at),
     )  # fmt: skip
     console.print(heading, soft_wrap=True)  # the id is never wrapped
+    if row.outcome == "running":  # still running, or left so by an engine that is not heard from
+        console.print(
+            Text(f"the engine recording into {traces}: {heard.words()}", style="dim"), soft_wrap=True
+        )
     if row.summary:
         console.print(Text(row.summary))
     console.print(_timeline(stored))

@@ -29,7 +29,9 @@ from engine.events import (
     ManifestRefused,
     ManifestRejected,
     ManifestRemoved,
+    RecordingStarted,
     StreamEnded,
+    ToolRegistered,
     ToolTimedOut,
     TurnCanceled,
     TurnDeadlineExceeded,
@@ -114,7 +116,9 @@ class ConsoleModel:
         self.last_t = batch[-1].t
         changes.events = len(batch)
         for tool_id in changes.tools:
-            self.tools[tool_id].version += 1
+            view = self.tools.get(tool_id)
+            if view is not None:  # None: an earlier run's tool, dropped by a RecordingStarted
+                view.version += 1
         for turn_id in changes.turns:
             if turn_id in self.turns:
                 self.turns[turn_id].version += 1
@@ -360,6 +364,31 @@ def _breaker(m: ConsoleModel, e: BreakerTransitioned, c: Changes) -> None:
     c.tools.add(e.tool_id)
 
 
+def _tool_registered(m: ConsoleModel, e: ToolRegistered, c: Changes) -> None:
+    view = m._tool(e.tool_id)
+    view.state, view.consecutive_failures = e.state, e.consecutive_failures
+    view.half_open_at = e.half_open_at if e.state is BreakerState.OPEN else None
+    c.tools.add(e.tool_id)
+
+
+def _recording_started(m: ConsoleModel, e: RecordingStarted, c: Changes) -> None:
+    """Another engine began recording (a restart): its tools as they stood; an earlier run's tools
+    leave the board (the traces keep them)."""
+    for tool_id in [t for t in m.tools if t not in e.breakers]:
+        del m.tools[tool_id]
+    for tool_id, breaker in e.breakers.items():
+        view = m._tool(tool_id)
+        try:
+            view.state = BreakerState(breaker["state"])
+            view.consecutive_failures = int(breaker.get("consecutive_failures") or 0)
+            half_open_at = breaker.get("half_open_at") if view.state is BreakerState.OPEN else None
+            view.half_open_at = float(half_open_at) if half_open_at is not None else None
+        except (KeyError, TypeError, ValueError, AttributeError):
+            continue  # written oddly by another process: the tool's next event says more
+        view.in_flight.clear()  # the attempts of the run before never end now
+        c.tools.add(tool_id)
+
+
 def _manifest_loaded(m: ConsoleModel, e: ManifestLoaded, c: Changes) -> None:
     view = m._tool(e.tool_id)
     content = e.manifest if e.manifest is not None else (view.manifest.content if view.manifest else {})
@@ -430,6 +459,8 @@ _HANDLERS: dict[type[Event], Callable[[ConsoleModel, Any, Changes], None]] = {
     ManifestRejected: _manifest_rejected,
     ManifestRefused: _manifest_refused,
     ManifestRemoved: _manifest_removed,
+    ToolRegistered: _tool_registered,
+    RecordingStarted: _recording_started,
 }
 for _cls in BreakerTransitioned.__subclasses__():
     _HANDLERS[_cls] = _breaker

@@ -50,6 +50,15 @@ class Event:
         return out
 
 
+def when(at: object) -> str:
+    """A wall-clock time in a description, to the second (``2025-11-05T10:30:45Z``); any value
+    another process wrote, however odd, still makes a line."""
+    try:
+        return iso_timestamp(at)[:19] + "Z" if isinstance(at, int | float) else "?"
+    except (OverflowError, OSError, ValueError):
+        return repr(at)
+
+
 _FIELD_NAMES: dict[type[Event], tuple[str, ...]] = {}
 
 

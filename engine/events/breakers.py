@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.breaker import BreakerState
-from engine.events.base import Event
+from engine.events.base import Event, when
 
 
 @dataclass(slots=True, kw_only=True)
@@ -70,6 +70,21 @@ class BreakerReset(BreakerTransitioned):
 @dataclass(slots=True, kw_only=True)
 class BreakerDisabled(BreakerTransitioned):
     """Admits everything while still counting, by an operator's choice."""
+
+
+@dataclass(slots=True, kw_only=True)
+class BreakerRestored(BreakerTransitioned):
+    """An operator's standing trip or disable, kept in the store, put back on a restarted engine.
+
+    Put back as the engine started recording or the tool was registered; ``actor`` and ``reason``
+    are the operator's, ``set_at`` when they set it."""
+
+    set_at: float
+    """Wall-clock time at which the operator tripped or disabled the tool."""
+
+    def describe(self) -> str:
+        why = f": {self.reason}" if self.reason else ""
+        return f"{self.tool_id}: {self.to_state} restored (set by {self.actor} at {when(self.set_at)}{why})"
 
 
 _BREAKER_EVENTS: dict[BreakerState, type[BreakerTransitioned]] = {

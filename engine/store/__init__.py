@@ -14,7 +14,9 @@ Since schema 2 the store is also how a console reaches an engine in another proc
 the events as they are committed (:mod:`engine.store.follow`) and queues operator actions in
 the ``commands`` table (:mod:`engine.store.command_queue`, applied by :mod:`engine.store.operator_commands`).
 Since schema 3 it records who writes each turn, so turns left running by a process that is
-gone are finished as ``interrupted`` (:mod:`engine.store.writers`). Retention removes old turns
+gone are finished as ``interrupted`` (:mod:`engine.store.writers`). Since schema 6 it keeps the
+operators' standing trips and disables across restarts (:mod:`engine.store.standing`) and tells one
+engine's run from the next (``RecordingStarted``). Retention removes old turns
 in small steps (:mod:`engine.store.retention`).
 
 Opening never modifies a file it refuses (:mod:`engine.store.opening`).
@@ -53,6 +55,7 @@ from engine.store.rows import (
     WriterRow,
 )
 from engine.store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, TABLES
+from engine.store.standing import OverridePolicy, StandingOverride
 from engine.store.store import DEFAULT_PATH, SYNCHRONOUS, TraceStore
 
 __all__ = [
@@ -75,8 +78,10 @@ __all__ = [
     "CommandStatus",
     "CommandTarget",
     "ExportRefused",
+    "OverridePolicy",
     "RecorderStats",
     "RetentionPolicy",
+    "StandingOverride",
     "StoreSnapshot",
     "StoreWriteError",
     "StoredBreaker",

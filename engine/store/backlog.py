@@ -1,24 +1,67 @@
-"""What a recorder keeps while its store refuses writes: the batches, oldest first, within a bound.
+"""What a recorder batches — events, manifest snapshots, standing-override changes — and what it
+keeps while its store refuses writes: the batches, oldest first, within a bound.
 
 Every item a recorder queues has a sequence number (the order the engine emitted it in). A
 batch keeps the range it was taken with, so a writer knows how far everything is settled once
 a batch is written, whatever became of the items inside it.
 
-Past ``limit`` items, the oldest batches are thinned first: only the turns' starts and ends and
-the manifest versions stay (a turn is then stored with its outcome, without its attempts), the
-rest is lost. If the thinned batches alone are still over the bound, the oldest go whole. Either
-way the loss is counted: events, and the turns whose end was dropped.
+Past ``limit`` items, the oldest batches are thinned first: only the turns' starts and ends, the
+manifest versions and the standing-override changes stay (a turn is then stored with its outcome,
+without its attempts), the rest is lost. If the thinned batches alone are still over the bound,
+the oldest go whole. Either way the loss is counted: events, and the turns whose end was dropped.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from engine.events import Event, TurnFinished, TurnStarted
+from engine.store.standing import OverrideChange
 
 _KEPT_WHEN_THINNED = (TurnStarted, TurnFinished)
+
+
+@dataclass(frozen=True, slots=True)
+class ManifestSnapshot:
+    """A manifest version's content, stored once per digest."""
+
+    digest: str
+    tool_id: str
+    content: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class StandingChange:
+    """A standing override set or cleared, written in the transaction of the event that did it."""
+
+    change: OverrideChange
+
+
+Item = Event | ManifestSnapshot | StandingChange
+
+
+def split_items(
+    items: list[Item],
+) -> tuple[list[Event], list[tuple[str, str, Mapping[str, Any]]], list[OverrideChange], int]:
+    """The events, the manifest snapshots, the standing-override changes, and how many of the
+    events are TurnFinished."""
+    events: list[Event] = []
+    manifests: list[tuple[str, str, Mapping[str, Any]]] = []
+    overrides: list[OverrideChange] = []
+    finished = 0
+    for item in items:
+        if isinstance(item, Event):
+            events.append(item)
+            if type(item) is TurnFinished:
+                finished += 1
+        elif isinstance(item, StandingChange):
+            overrides.append(item.change)
+        else:
+            manifests.append((item.digest, item.tool_id, item.content))
+    return events, manifests, overrides, finished
 
 
 @dataclass(slots=True)

@@ -39,6 +39,9 @@ class StoreCore(ClosedOnExit):
     _open_turns: dict[str, OpenTurn]
     _writer_id: int | None
     """This store's row in ``writers`` once it has recorded a turn (schema 3 and later)."""
+    _has_overrides: bool
+    """Schema 6 or later: standing overrides kept, one engine's run told from the next
+    (:mod:`engine.store.standing`)."""
 
     @property
     def schema_version(self) -> int:

@@ -14,11 +14,11 @@ from typing import Any
 
 from engine.breaker import BreakerState
 from engine.errors import TraceStoreError, one_line
-from engine.events import Event, ManifestLoaded
+from engine.events import BreakerTransitioned, Event, ManifestLoaded, RecordingStarted, ToolRegistered
 from engine.store.base import StoreCore
 from engine.store.codec import EVENT_COLUMNS, decode_event, json_value
 from engine.store.rows import StoredBreaker, StoredManifest, StoreSnapshot, ToolState
-from engine.store.schema import BREAKER_TRANSITIONS, MANIFEST_CHANGES
+from engine.store.schema import BREAKER_STATES, BREAKER_TRANSITIONS, MANIFEST_CHANGES, RECORDING_STARTS
 
 
 class StoreFollow(StoreCore):
@@ -55,7 +55,12 @@ class StoreFollow(StoreCore):
 
     def tool_states(self) -> StoreSnapshot:
         """Every tool seen in the store with its newest manifest version and breaker state, read in
-        one transaction, and the id of the newest event: follow it with :meth:`events_after`."""
+        one transaction, and the id of the newest event: follow it with :meth:`events_after`.
+
+        A tool's state is the newest of its breaker events (a transition, a restored override, its
+        registration), the recording engine's start (``RecordingStarted``) and a later turn's
+        snapshot: never an earlier run's last transition. ``registered`` says whether the engine
+        that recorded last has the tool (tools of earlier runs stay listed)."""
         with self._lock:
             conn = self._conn
             try:
@@ -64,20 +69,49 @@ class StoreFollow(StoreCore):
                 raise self._fail("read", exc) from None
             try:
                 newest = self._query("SELECT id, at, t FROM events ORDER BY id DESC LIMIT 1")
+                start = self._recording_start()
                 tool_ids = sorted(
                     {
                         *self._distinct_tools("turn_tools", "1"),
                         *self._distinct_tools("manifests", "1"),
-                        *self._distinct_tools("events", BREAKER_TRANSITIONS),
+                        *self._distinct_tools(
+                            "events", BREAKER_STATES if self._has_overrides else BREAKER_TRANSITIONS
+                        ),
                         *self._distinct_tools("events", MANIFEST_CHANGES),
+                        *(start[1].breakers if start is not None else ()),
                     }
                 )
-                tools = [self._tool_state(tool_id) for tool_id in tool_ids]
+                tools = [self._tool_state(tool_id, start) for tool_id in tool_ids]
             finally:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("COMMIT")
         last_id, newest_at, newest_t = newest[0] if newest else (0, None, None)
-        return StoreSnapshot(tools, int(last_id), newest_at, newest_t)
+        return StoreSnapshot(tools, int(last_id), newest_at, newest_t, start[0] if start is not None else 0)
+
+    def last_breaker_change(self, tool_id: str) -> Event | None:
+        """What last set the tool's breaker state: its newest transition, restored override or
+        registration (``BreakerTransitioned``, ``ToolRegistered``), or the start of the engine that
+        recorded last (``RecordingStarted``) when that is newer; None when the store has none."""
+        with self._lock:
+            states = BREAKER_STATES if self._has_overrides else BREAKER_TRANSITIONS
+            found = self._query(
+                f"SELECT {EVENT_COLUMNS} FROM events WHERE tool_id = ? AND {states} ORDER BY id DESC LIMIT 1",
+                (tool_id,),
+            )
+            start = self._recording_start()
+        if start is not None and tool_id in start[1].breakers and (not found or found[0][0] < start[0]):
+            return start[1]
+        return self._decode(found[0]) if found else None
+
+    def _recording_start(self) -> tuple[int, RecordingStarted] | None:
+        """The newest ``RecordingStarted`` and its row id (schema 6 and later)."""
+        if not self._has_overrides:
+            return None
+        found = self._query(
+            f"SELECT {EVENT_COLUMNS} FROM events WHERE {RECORDING_STARTS} ORDER BY id DESC LIMIT 1"
+        )
+        event = self._decode(found[0]) if found else None
+        return (found[0][0], event) if isinstance(event, RecordingStarted) else None
 
     def _distinct_tools(self, table: str, where: str) -> list[str]:
         """Distinct tool ids by skipping through an index on (tool_id, …): one probe per tool."""
@@ -90,13 +124,13 @@ class StoreFollow(StoreCore):
         )
         return [r[0] for r in self._query(sql)]
 
-    def _tool_state(self, tool_id: str) -> ToolState:
-        transition = self._query(
-            f"SELECT {EVENT_COLUMNS} FROM events WHERE tool_id = ? AND {BREAKER_TRANSITIONS}"
-            " ORDER BY id DESC LIMIT 1",
+    def _tool_state(self, tool_id: str, start: tuple[int, RecordingStarted] | None) -> ToolState:
+        states = BREAKER_STATES if self._has_overrides else BREAKER_TRANSITIONS
+        change = self._query(
+            f"SELECT {EVENT_COLUMNS} FROM events WHERE tool_id = ? AND {states} ORDER BY id DESC LIMIT 1",
             (tool_id,),
         )
-        change = self._query(
+        manifest_change = self._query(
             f"SELECT {EVENT_COLUMNS} FROM events WHERE tool_id = ? AND {MANIFEST_CHANGES}"
             " ORDER BY id DESC LIMIT 1",
             (tool_id,),
@@ -114,38 +148,51 @@ class StoreFollow(StoreCore):
             (tool_id,),
         )
         t_start, started_at, breakers, digests, turn_event_id = turn[0] if turn else (None,) * 5
+        registered = start is None or tool_id in start[1].breakers or bool(change and change[0][0] > start[0])
         return ToolState(
             tool_id,
-            self._newest_breaker(tool_id, transition, t_start, started_at, breakers, turn_event_id),
-            self._newest_manifest(tool_id, change, started_at, digests, stored),
+            self._newest_breaker(tool_id, change, start, t_start, started_at, breakers, turn_event_id),
+            self._newest_manifest(tool_id, manifest_change, started_at, digests, stored),
+            registered,
         )
 
     def _newest_breaker(
-        self, tool_id: str, transition: list[Any], t_start: float | None, started_at: float | None,
-        breakers: str | None, turn_event_id: int | None,
+        self, tool_id: str, change: list[Any], start: tuple[int, RecordingStarted] | None,
+        t_start: float | None, started_at: float | None, breakers: str | None, turn_event_id: int | None,
     ) -> StoredBreaker | None:  # fmt: skip
+        """The newest of three witnesses, by event id: the tool's newest breaker event, the
+        recording engine's start, and the snapshot of a turn that started later than both."""
+        newest_id, newest = -1, None
+        if change:
+            newest_id, newest = change[0][0], _breaker_of(self._decode(change[0]))
+        if start is not None and start[0] > newest_id and tool_id in start[1].breakers:
+            with contextlib.suppress(TraceStoreError):  # written oddly: no word on the tool from it
+                newest_id, newest = start[0], self._entry(tool_id, start[1].breakers[tool_id], start[1].at)
         snapshot = (json_value(breakers) or {}).get(tool_id) if breakers else None
-        if transition:
-            event: Any = self._decode(transition[0])
-            # A turn that started after the transition saw its outcome, and maybe a later timer's.
-            later = snapshot is not None and (turn_event_id or 0) > transition[0][0]
-            if not later:
-                half_open_at = event.half_open_at if event.to_state is BreakerState.OPEN else None
-                return StoredBreaker(event.to_state, event.consecutive_failures, half_open_at, event.at)
+        if snapshot is None or (turn_event_id or 0) <= newest_id:
+            return newest
         if not isinstance(snapshot, dict) or started_at is None or t_start is None:
-            return None
+            return newest
+        half_open_in = snapshot.get("half_open_in_s")
+        entry = dict(
+            snapshot, half_open_at=t_start + float(half_open_in) if half_open_in is not None else None
+        )
+        return self._entry(tool_id, entry, started_at)
+
+    def _entry(self, tool_id: str, entry: Any, at: float) -> StoredBreaker:
+        """A breaker as a turn's snapshot or ``RecordingStarted`` holds it."""
         try:
-            state = BreakerState(snapshot["state"])
-            half_open_in = snapshot.get("half_open_in_s")
-            half_open_at = t_start + float(half_open_in) if half_open_in is not None else None
-            failures = int(snapshot.get("consecutive_failures") or 0)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise TraceStoreError(
-                self.path, f"the breaker snapshot of {tool_id!r} cannot be read: {exc}", untouched=False
-            ) from None
-        if state is not BreakerState.OPEN:
-            half_open_at = None
-        return StoredBreaker(state, failures, half_open_at, started_at)
+            state = BreakerState(entry["state"])
+            failures = int(entry.get("consecutive_failures") or 0)
+            half_open_at = entry.get("half_open_at") if state is BreakerState.OPEN else None
+            return StoredBreaker(state, failures, None if half_open_at is None else float(half_open_at), at)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise self._unreadable(tool_id, exc) from None
+
+    def _unreadable(self, tool_id: str, exc: Exception) -> TraceStoreError:
+        return TraceStoreError(
+            self.path, f"the breaker snapshot of {tool_id!r} cannot be read: {exc}", untouched=False
+        )
 
     def _newest_manifest(
         self, tool_id: str, change: list[Any], started_at: float | None, digests: str | None,
@@ -185,3 +232,14 @@ class StoreFollow(StoreCore):
         if not content:
             return StoredManifest(digest, {}, None, None, started_at or 0.0)
         return StoredManifest(digest, json_value(content[0][0]) or {}, None, None, content[0][1])
+
+
+def _breaker_of(event: Event) -> StoredBreaker | None:
+    """The state a breaker event left: a transition's or restored override's, or a registration's."""
+    if isinstance(event, BreakerTransitioned):
+        half_open_at = event.half_open_at if event.to_state is BreakerState.OPEN else None
+        return StoredBreaker(event.to_state, event.consecutive_failures, half_open_at, event.at)
+    if isinstance(event, ToolRegistered):
+        half_open_at = event.half_open_at if event.state is BreakerState.OPEN else None
+        return StoredBreaker(event.state, event.consecutive_failures, half_open_at, event.at)
+    return None

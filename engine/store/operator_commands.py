@@ -37,6 +37,9 @@ log = logging.getLogger("tripwire.commands")
 
 DEFAULT_POLL_S = 0.2
 BATCH = 50
+FLUSH_S = 2.0
+"""How long an applied command waits for the recorder to store its transition before it is
+acknowledged anyway (a store that refuses writes must not hold the answer back for good)."""
 """Commands fetched per poll at most; more wait for the next poll."""
 RESERVED_ACTORS = frozenset({"engine"})
 """The actors the engine records its own transitions as (a breaker's timers and counts): an
@@ -161,12 +164,15 @@ async def apply_pending_commands(
     guard: CommandGuard,
     *,
     unacknowledged: dict[int, Acknowledgement] | None = None,
+    flush: Callable[[float], bool] | None = None,
 ) -> list[Acknowledgement]:
     """One poll: check and apply every pending command in order and acknowledge each in the store.
 
     ``unacknowledged`` carries acknowledgements a failed write left over between polls: those
-    commands are acknowledged again, never applied twice. Raises :class:`TraceStoreError` when
-    the store cannot be read or written.
+    commands are acknowledged again, never applied twice. ``flush(timeout_s)``: the engine's
+    recorder's, waited for (in a worker thread) before an applied command is acknowledged, so the
+    transition — and the standing override it sets — is stored by then. Raises
+    :class:`TraceStoreError` when the store cannot be read or written.
     """
     waiting = {} if unacknowledged is None else unacknowledged
     pending = await anyio.to_thread.run_sync(store.pending_commands, BATCH)
@@ -176,6 +182,8 @@ async def apply_pending_commands(
         if ack is None:
             ack = waiting[command.id] = apply_command(engine, command, guard)
             _log(command, ack)
+            if flush is not None and ack.status == "applied":
+                await anyio.to_thread.run_sync(flush, FLUSH_S)
         await anyio.to_thread.run_sync(_acknowledge, store, ack)
         del waiting[command.id]
         done.append(ack)
@@ -213,6 +221,7 @@ async def serve_operator_commands(
     *,
     key: bytes | None = None,
     poll_s: float = DEFAULT_POLL_S,
+    flush: Callable[[float], bool] | None = None,
     task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> NoReturn:
     """Apply the operator commands queued in ``store`` to ``engine`` until cancelled.
@@ -223,7 +232,8 @@ async def serve_operator_commands(
     store if there is none; a key that cannot be used raises
     :class:`~engine.store.command_auth.CommandKeyError` before the first poll. A store that
     fails later is logged once, on one line, and tried again every poll; the engine never sees
-    the error.
+    the error. ``flush``: the recorder's (``TraceRecorder.flush``), so an applied command is
+    acknowledged only once its transition is stored.
     """
     if not poll_s > 0:
         raise ValueError(f"poll_s must be positive, got {poll_s}")
@@ -239,7 +249,7 @@ async def serve_operator_commands(
     started = False
     while True:
         try:
-            await apply_pending_commands(engine, store, guard, unacknowledged=unacknowledged)
+            await apply_pending_commands(engine, store, guard, unacknowledged=unacknowledged, flush=flush)
         except TraceStoreError as exc:
             if str(exc) != failing:
                 log.warning("operator commands: %s; trying again every %gs", exc, poll_s)

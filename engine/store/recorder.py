@@ -15,8 +15,10 @@ backlog is bounded (``max_held`` events, see :mod:`engine.store.backlog`); what 
 counted as lost and logged once. Failures are logged once per cause, then a count a minute,
 then once when writes work again (:class:`~engine.store.failures.FailureLog`).
 
-Attaching records the manifest versions in force as ManifestLoaded events (the engine announces
-only reloads), so a reader knows this engine's versions. The writer thread also keeps the store's
+Attaching records what the engine never announces (:mod:`engine.store.starting`): the manifest
+versions in force, and every tool's breaker as recording starts. With ``overrides="keep"`` it puts
+back the operators' standing overrides and keeps them (:mod:`engine.store.standing`). The writer
+thread also keeps the store's
 record of this process alive (a heartbeat every few seconds, from the start), reconciles turns
 left running by writers that are gone, and applies a
 :class:`~engine.store.retention.RetentionPolicy` when given one, in short steps between batches.
@@ -31,17 +33,27 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Self
 
 from engine.closing import ClosedOnExit
 from engine.errors import TraceStoreError
-from engine.events import Event, ManifestLoaded, TurnFinished, TurnStarted
-from engine.store.backlog import Backlog, HeldBatch, Loss
+from engine.events import (
+    BreakerDisabled,
+    BreakerReset,
+    BreakerTripped,
+    Event,
+    ManifestLoaded,
+    TurnFinished,
+    TurnStarted,
+)
+from engine.store.backlog import Backlog, HeldBatch, Item, Loss, ManifestSnapshot, StandingChange, split_items
 from engine.store.codec import ATTEMPT, FINISHED, STARTED
 from engine.store.failures import FailureLog, StoreWriteError
 from engine.store.retention import RetentionPolicy, RetentionSchedule
+from engine.store.standing import OVERRIDE_POLICIES, OverrideKeeper, OverridePolicy
+from engine.store.starting import starting_events
 from engine.store.store import TraceStore
 from engine.store.waits import PENDING, DeadlineKeeper, DurableWait, Verdict, settle_waits
 from engine.store.writers import HEARTBEAT_S
@@ -55,19 +67,14 @@ RECONCILE_S = 60.0
 """How often a recorder looks for turns left running by writers that are gone."""
 
 
-@dataclass(frozen=True, slots=True)
-class _ManifestSnapshot:
-    digest: str
-    tool_id: str
-    content: dict[str, Any]
-
-
-_Item = Event | _ManifestSnapshot
-_MANIFEST = ATTEMPT + 1
+_MANIFEST, _OVERRIDE = ATTEMPT + 1, ATTEMPT + 2
 _SINK_ACTIONS: dict[type[Event], int] = {
     TurnStarted: STARTED,
     TurnFinished: FINISHED,
     ManifestLoaded: _MANIFEST,
+    BreakerTripped: _OVERRIDE,
+    BreakerDisabled: _OVERRIDE,
+    BreakerReset: _OVERRIDE,
 }
 """The events the recorder's sink looks at; every other event is only appended."""
 
@@ -109,9 +116,12 @@ class TraceRecorder(ClosedOnExit):
         max_held: int = 100_000,
         max_backoff_s: float = 1.0,
         retention: RetentionPolicy | None = None,
+        overrides: OverridePolicy = "ignore",
     ) -> None:
         if durability not in ("turn", "batch"):
             raise ValueError(f"durability must be 'turn' or 'batch', got {durability!r}")
+        if overrides not in OVERRIDE_POLICIES:
+            raise ValueError(f"overrides must be one of {', '.join(OVERRIDE_POLICIES)}, got {overrides!r}")
         if not batch_ms > 0 or max_batch < 1:
             raise ValueError(
                 f"batch_ms must be positive and max_batch at least 1, got {batch_ms}, {max_batch}"
@@ -125,8 +135,9 @@ class TraceRecorder(ClosedOnExit):
         self.durable_timeout_s = durable_timeout_s
         self.max_backoff_s = max_backoff_s
         self.retention = RetentionSchedule(retention) if retention is not None else None
+        self._keeper = OverrideKeeper(store, overrides) if overrides != "ignore" else None
         # Engine side: the sink appends and counts.
-        self._queue: deque[_Item] = deque()
+        self._queue: deque[Item] = deque()
         self._enqueued = 0
         self._finished = 0
         """TurnFinished events enqueued."""
@@ -169,8 +180,11 @@ class TraceRecorder(ClosedOnExit):
         if self._engine is not None:
             raise RuntimeError("this recorder is already attached to an engine")
         self._engine = engine
-        self._versions_in_force(engine)
+        for event in starting_events(engine, keeps_overrides=self._keeper is not None):
+            self._sink(event)  # before subscribing: an engine announces neither
         self._unsubscribe = engine.subscribe(self._sink, direct=True)
+        if self._keeper is not None:
+            self._keeper.start(engine)  # restores are announced: this recorder records them
         if self.durability == "turn":
             engine.recorder = self
             self._deadlines.start()
@@ -199,6 +213,11 @@ class TraceRecorder(ClosedOnExit):
                     self._starts[e.turn_id] = self._enqueued
             elif what == _MANIFEST:
                 self._snapshot(e.digest, e.tool_id, e.manifest)
+            elif what == _OVERRIDE and self._keeper is not None:
+                change = self._keeper.change(event)
+                if change is not None:  # written in the transition's own transaction
+                    queue.append(StandingChange(change))
+                    self._enqueued += 1
             queue.append(event)
             if what == FINISHED:
                 self._finished += 1
@@ -209,25 +228,6 @@ class TraceRecorder(ClosedOnExit):
         if len(queue) >= self.max_batch and not self._wake.is_set():
             # Once: set on every event (10 a turn with batch durability, 50 concurrent), it contended.
             self._wake.set()
-
-    def _versions_in_force(self, engine: Engine) -> None:
-        """Record the manifest versions in force as recording starts, as the ManifestLoaded events
-        an engine does not publish for them (it announces reloads): an attached console shows this
-        engine's versions, files and load times, never an earlier process's."""
-        wall, now = engine.wall_clock(), _engine_time(engine)
-        for tool_id, entry in engine.manifests.entries.items():
-            try:
-                content = engine.manifest(tool_id).model_dump(mode="json")
-            except Exception as exc:
-                log.warning("trace recorder: could not snapshot manifest %s of %s: %s", entry.digest, tool_id,
-                            exc)  # fmt: skip
-                continue
-            self._sink(
-                ManifestLoaded(
-                    at=entry.loaded_at, t=now - max(0.0, wall - entry.loaded_at), tool_id=tool_id,
-                    path=entry.path, version=entry.version, digest=entry.digest, manifest=content,
-                )
-            )  # fmt: skip
 
     def _snapshot(self, digest: str, tool_id: str, content: dict[str, Any] | None = None) -> None:
         """Queue a manifest version's content, once per digest, if it is still the one in force.
@@ -246,7 +246,7 @@ class TraceRecorder(ClosedOnExit):
             log.warning("trace recorder: could not snapshot manifest %s of %s: %s", digest, tool_id, exc)
             return
         self._digests.add(digest)
-        self._queue.append(_ManifestSnapshot(digest, tool_id, content))
+        self._queue.append(ManifestSnapshot(digest, tool_id, content))
         self._enqueued += 1
 
     async def turn_finished(self, turn_id: str) -> TraceStoreError | None:
@@ -342,7 +342,7 @@ class TraceRecorder(ClosedOnExit):
             self._settle(batch)
 
     def _take(self) -> HeldBatch:
-        items: list[_Item] = []
+        items: list[Item] = []
         popleft = self._queue.popleft
         with contextlib.suppress(IndexError):
             for _ in range(self.max_batch):
@@ -361,9 +361,9 @@ class TraceRecorder(ClosedOnExit):
 
     def _attempt(self, batch: HeldBatch) -> bool:
         """Write ``batch``; False when the store refuses it (then it is kept, maybe shrunk)."""
-        events, manifests, finished = _split(batch.items)
+        events, manifests, overrides, finished = split_items(batch.items)
         try:
-            self.store.write(events, manifests=manifests)
+            self.store.write(events, manifests=manifests, overrides=overrides)
         except StoreWriteError as exc:
             if exc.store_cannot_write:
                 self._refused(exc)
@@ -385,9 +385,9 @@ class TraceRecorder(ClosedOnExit):
         log.error("trace recorder: a batch cannot be written (%s); writing it one event at a time", cause)
         items = batch.items
         for i, item in enumerate(items):
-            events, manifests, finished = _split([item])
+            events, manifests, overrides, finished = split_items([item])
             try:
-                self.store.write(events, manifests=manifests)
+                self.store.write(events, manifests=manifests, overrides=overrides)
             except StoreWriteError as item_exc:
                 if item_exc.store_cannot_write:
                     self._backlog_shrink(batch, items[i:])
@@ -404,13 +404,13 @@ class TraceRecorder(ClosedOnExit):
         self._batches += 1
         return True
 
-    def _backlog_shrink(self, batch: HeldBatch, remaining: list[_Item]) -> None:
+    def _backlog_shrink(self, batch: HeldBatch, remaining: list[Item]) -> None:
         if self._backlog and self._backlog.first() is batch:
             self._backlog.shrunk(batch, remaining)
         else:
             batch.items = remaining
 
-    def _unwritable(self, batch: HeldBatch, item: _Item, problem: str) -> None:
+    def _unwritable(self, batch: HeldBatch, item: Item, problem: str) -> None:
         self._dropped += 1
         self._lost_turns += type(item) is TurnFinished
         with self._done:
@@ -512,6 +512,8 @@ class TraceRecorder(ClosedOnExit):
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
+        if self._keeper is not None:
+            self._keeper.stop()
         engine = self._engine
         if engine is not None and engine.recorder is self:
             engine.recorder = None
@@ -571,27 +573,3 @@ class TraceRecorder(ClosedOnExit):
             self._backlog.items,
             failure.problem if failure is not None else None,
         )
-
-
-def _engine_time(engine: Engine) -> float:
-    """The engine's clock now; outside its event loop (``tripwire serve`` attaches the recorder
-    before starting it) what an asyncio loop's clock reads, as an attached console assumes."""
-    try:
-        return engine.clock()
-    except RuntimeError:  # no event loop running in this thread
-        return time.monotonic()
-
-
-def _split(items: list[_Item]) -> tuple[list[Event], list[tuple[str, str, Mapping[str, Any]]], int]:
-    """The events, the manifest snapshots, and how many of the events are TurnFinished."""
-    events: list[Event] = []
-    manifests: list[tuple[str, str, Mapping[str, Any]]] = []
-    finished = 0
-    for item in items:
-        if isinstance(item, Event):
-            events.append(item)
-            if type(item) is TurnFinished:
-                finished += 1
-        else:
-            manifests.append((item.digest, item.tool_id, item.content))
-    return events, manifests, finished

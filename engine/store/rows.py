@@ -123,7 +123,8 @@ class StoredManifest:
 
 @dataclass(frozen=True, slots=True)
 class StoredBreaker:
-    """A tool's newest breaker state: its last transition, or a later turn's snapshot."""
+    """A tool's newest breaker state: its last transition, restored override or registration, its
+    engine's start, or a later turn's snapshot."""
 
     state: BreakerState
     consecutive_failures: int
@@ -139,6 +140,8 @@ class ToolState:
     tool_id: str
     breaker: StoredBreaker | None
     manifest: StoredManifest | None
+    registered: bool = True
+    """Whether the engine that recorded last has the tool (False: seen in an earlier run only)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +154,9 @@ class StoreSnapshot:
     newest_at: float | None
     """Wall-clock and engine time of the newest event."""
     newest_t: float | None
+    run_started_id: int = 0
+    """Row id of the newest ``RecordingStarted``: where the run of the engine that recorded last
+    begins (0 when the store has none)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -227,12 +227,37 @@ def _v5(db: Database) -> None:
     conn.execute(ATTEMPTS_VIEW)
 
 
-MIGRATIONS: list[Migration] = [_v1, _v2, _v3, _v4, _v5]
+BREAKER_STATES = (
+    "event_type IN ('BreakerOpened', 'BreakerHalfOpened', 'BreakerClosed', 'BreakerTripped', 'BreakerReset',"
+    " 'BreakerDisabled', 'BreakerRestored', 'ToolRegistered')"
+)
+"""The events that say a tool's breaker state: its transitions, restored overrides, registration.
+The WHERE clause of _v6's partial index: queries repeat it word for word. Never edit it."""
+RECORDING_STARTS = "event_type = 'RecordingStarted'"
+"""The WHERE clause of _v6's other partial index. Never edit it."""
+
+
+def _v6(db: Database) -> None:
+    """Operators' standing overrides, and what tells one engine's run from the next: readers take a
+    tool's state from its newest breaker event, restored override or registration, never from an
+    earlier run's last transition (:mod:`engine.store.standing`)."""
+    db.execute(
+        "CREATE TABLE overrides (tool_id TEXT PRIMARY KEY, state TEXT NOT NULL CHECK (state IN"
+        " ('FORCED_OPEN', 'DISABLED')), actor TEXT NOT NULL, reason TEXT NOT NULL DEFAULT '',"
+        " set_at FLOAT NOT NULL) WITHOUT ROWID"
+    )
+    db.execute(f"CREATE INDEX events_breaker_states ON events (tool_id, id) WHERE {BREAKER_STATES}")
+    db.execute(f"CREATE INDEX events_recording_starts ON events (id) WHERE {RECORDING_STARTS}")
+
+
+MIGRATIONS: list[Migration] = [_v1, _v2, _v3, _v4, _v5, _v6]
 """Migration ``i`` takes a store from schema version ``i`` to ``i + 1``; never edit a released one."""
 SCHEMA_VERSION = len(MIGRATIONS)
 """The newest schema's version: what opening migrates a store up to."""
-TABLES = frozenset({"meta", "turns", "turn_tools", "events", "manifests", "commands", "writers"})
+TABLES = frozenset({"meta", "turns", "turn_tools", "events", "manifests", "commands", "writers", "overrides"})
 """Every table of the newest schema (``attempts`` is a view since schema 5)."""
+OVERRIDES_SINCE = 6
+"""The schema from which a store keeps standing overrides and tells one engine's run from the next."""
 COMPACT_SINCE = 5
 """The schema from which rows are written compact: TurnStarted's big fields and ``attempts`` once,
 defaults and a turn's id left out of event rows (older schemas: only while a test makes one)."""

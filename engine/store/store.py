@@ -1,4 +1,5 @@
-"""TraceStore: one SQLite file of turns, events, attempts, manifests, operator commands and writers."""
+"""TraceStore: one SQLite file of turns, events, attempts, manifests, operator commands, writers and
+standing overrides."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from engine.store.follow import StoreFollow
 from engine.store.opening import integrity_problem, open_problem, open_store
 from engine.store.reads import StoreReads
 from engine.store.retention import StoreRetention
-from engine.store.schema import COMPACT_SINCE
+from engine.store.schema import COMPACT_SINCE, OVERRIDES_SINCE
+from engine.store.standing import StoreOverrides
 from engine.store.writers import unclean_close
 from engine.store.writes import StoreWrites
 
@@ -29,7 +31,7 @@ SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 """SQLite's ``synchronous`` levels a store may be opened with (``NORMAL`` by default)."""
 
 
-class TraceStore(StoreWrites, StoreReads, StoreFollow, CommandQueue, StoreRetention):
+class TraceStore(StoreWrites, StoreReads, StoreFollow, CommandQueue, StoreRetention, StoreOverrides):
     """A SQLite trace store; see :mod:`engine.store`. Thread-safe: one lock serialises its use.
 
     ``path`` defaults to :func:`engine.locations.default_trace_store`: ``./traces/traces.db`` in a
@@ -79,6 +81,7 @@ class TraceStore(StoreWrites, StoreReads, StoreFollow, CommandQueue, StoreRetent
         version = self.schema_version
         self._has_writers = version >= 3
         self._compact = version >= COMPACT_SINCE
+        self._has_overrides = version >= OVERRIDES_SINCE
         self.checked_on_open = checked
         """Why integrity was checked (and found sound) as the store opened; None when it was not."""
         if not readonly:

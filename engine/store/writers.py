@@ -25,9 +25,11 @@ import os
 import socket
 import sqlite3
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.liveness import Heard, judge
 from engine.store.base import StoreCore
 from engine.store.failures import write_error
 from engine.store.opening import rollback
@@ -38,6 +40,9 @@ log = logging.getLogger("tripwire.store")
 HEARTBEAT_S = 2.0
 """How often a recording writer refreshes its heartbeat: an attached console takes an engine that
 has said nothing (no event, no heartbeat) for a few of these for gone (STALE)."""
+HEARD_WITHIN_S = 2.5 * HEARTBEAT_S
+"""A recording writer with no heartbeat for this long is stale (one beat may be late): what every
+reader shows (:func:`engine_heard`)."""
 STALE_AFTER_S = 600.0
 """A writer on another host whose heartbeat is older than this is taken for gone; a turn with no
 writer recorded (schema 2 and older) that started longer ago than this, too."""
@@ -123,13 +128,12 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def writer_alive(writer: WriterRow, now: float, *, stale_after_s: float = STALE_AFTER_S) -> bool:
-    """Could ``writer`` still write the turns it started? See the module docstring."""
-    if writer.closed_at is not None:
-        return False
+def process_alive(writer: WriterRow) -> bool | None:
+    """Whether ``writer``'s process still runs, where this process can tell (the same machine:
+    its pids mean what ours do); None where it cannot (another host, another pid namespace)."""
     me = this_process()
     machine = writer.process_key.rsplit("/", 1)[0] if writer.process_key else None
-    if writer.host == me.host and machine == me.machine:  # the same machine: its pids mean what ours do
+    if writer.host == me.host and machine == me.machine:
         if me.machine is None:  # no /proc to read start times from: the pid is all there is
             return _pid_alive(writer.pid)
         ticks = _start_ticks(writer.pid)
@@ -141,7 +145,38 @@ def writer_alive(writer: WriterRow, now: float, *, stale_after_s: float = STALE_
         and machine.split(":")[0] != me.machine.split(":")[0]
     ):
         return False  # this host booted since: every process of the earlier boot is gone
-    return now - writer.heartbeat_at < stale_after_s
+    return None
+
+
+def writer_alive(writer: WriterRow, now: float, *, stale_after_s: float = STALE_AFTER_S) -> bool:
+    """Could ``writer`` still write the turns it started? See the module docstring."""
+    if writer.closed_at is not None:
+        return False
+    alive = process_alive(writer)
+    return alive if alive is not None else now - writer.heartbeat_at < stale_after_s
+
+
+def engine_heard(writers: list[WriterRow], now: float, *, ages: Mapping[int, float] | None = None) -> Heard:
+    """Whether the engine recording into a store is heard from: by its writers' heartbeats and
+    processes (:func:`engine.liveness.judge`), never by its events' times. The newest writer
+    that is live, else the newest one, decides.
+
+    ``ages``: a reader that follows the store measures each writer's silence itself (since its
+    heartbeat last changed, on its own monotonic clock: another host's wall clock may be off);
+    otherwise it is ``now - heartbeat_at``.
+    """
+    judged = []
+    for w in writers:
+        who = f"{w.host} pid {w.pid}"
+        if w.closed_at is not None:
+            judged.append(Heard("stopped", max(0.0, now - w.closed_at), who))
+            continue
+        age = ages.get(w.id) if ages is not None else None
+        age = max(0.0, now - w.heartbeat_at) if age is None else age
+        judged.append(Heard(judge(age, stale_after_s=HEARD_WITHIN_S, alive=process_alive(w)), age, who))
+    if not judged:
+        return Heard("never", None)
+    return next((h for h in reversed(judged) if h.live), judged[-1])
 
 
 UNCHECKED = "integrity_unchecked"

@@ -30,6 +30,7 @@ from engine.store.codec import (
 )
 from engine.store.failures import write_error
 from engine.store.opening import rollback
+from engine.store.standing import OverrideChange, write_override_changes
 from engine.store.writers import WriterRegistry
 
 
@@ -129,10 +130,12 @@ class StoreWrites(WriterRegistry):
         events: Sequence[Event],
         *,
         manifests: Iterable[tuple[str, str, Mapping[str, Any]]] = (),
+        overrides: Sequence[OverrideChange] = (),
     ) -> int:
         """Store ``events`` in one transaction, with the turn rows, tools and attempts they imply.
 
-        ``manifests`` are ``(digest, tool_id, content)`` snapshots stored in the same transaction.
+        ``manifests`` are ``(digest, tool_id, content)`` snapshots stored in the same transaction;
+        ``overrides`` the standing overrides the events set or clear (:mod:`engine.store.standing`).
         Returns the number of events written. Raises :class:`StoreWriteError` (SQLite's own
         message, e.g. "write failed: database or disk is full") when the store refuses it: then
         nothing of the batch was written.
@@ -148,6 +151,8 @@ class StoreWrites(WriterRegistry):
                     if events:
                         self._write_events(events)
                         self._beat_in_transaction()
+                    if overrides and self._has_overrides:
+                        write_override_changes(conn, overrides)
                     conn.execute("COMMIT")
                 except BaseException:
                     rollback(conn)

@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -201,13 +200,14 @@ def test_without_an_engine_an_action_times_out_and_the_link_says_the_engine_seem
         )
         wait_for(lambda: link.problem() is not None)
         problem = link.problem()
-        assert problem is not None and problem.startswith("the engine seems gone: no events since ")
+        assert problem is not None and problem.startswith(
+            "the engine seems gone (never heard from: no heartbeat"
+        )
         assert "and a disable of flight_search sent at " in problem and problem.endswith(" is unacknowledged")
         link._check_engine()  # looked at again
         assert link.problem() == problem, "the same words while it lasts: the console shows it once"
-        # An engine that records but serves no commands (a plain recorder) is told apart.
-        writer.write([f.succeeded("flight_search", "c2", 2.0)])
-        writer.db.execute("UPDATE events SET at = ? WHERE id = 2", (time.time() + 60,))
+        # An engine that records but serves no commands (a plain recorder, beating) is told apart.
+        assert writer.heartbeat(register=True)
         wait_for(lambda: "applies no operator commands" in (link.problem() or ""))
         (pending,) = writer.pending_commands()
         writer.acknowledge_command(pending.id, "failed", "expired")
@@ -492,6 +492,8 @@ async def test_attaching_folds_history_silently_and_toasts_only_what_happens_aft
 def test_the_seeds_show_the_manifest_versions_of_the_engine_recording_now(db: Path) -> None:
     """Not v0, file — and the load time of whichever process stored the version first."""
     engine = Engine(ROOT / "manifests")
+    for tool_id in engine.manifests.entries:
+        engine.register(tool_id, lambda: None)
     entry = engine.manifests.entries["hotel_search"]
     with TraceStore(db) as earlier:  # an earlier process stored the same version a day ago
         content = engine.manifest("hotel_search").model_dump(mode="json")
@@ -521,7 +523,7 @@ def test_the_seeds_show_the_manifest_versions_of_the_engine_recording_now(db: Pa
     assert all(e.previous_digest is None for e in started)
 
 
-def test_the_link_hears_the_engine_by_its_events_and_its_heartbeat(db: Path) -> None:
+def test_the_link_hears_the_engine_by_its_heartbeat_never_by_its_events_times(db: Path) -> None:
     now = [f.WALL]
     with TraceStore(db, wall_clock=lambda: now[0]) as engine_side:
         fresh = AttachedLink(db, read_only=True)
@@ -547,9 +549,10 @@ def test_the_link_hears_the_engine_by_its_events_and_its_heartbeat(db: Path) -> 
         finally:
             quiet.close()
 
+        # An event's own time is not word: a run on a virtual clock stamps its events ahead.
         engine_side.write([f.succeeded("flight_search", "c1", 500.0)])  # at WALL + 500
         talking = AttachedLink(db, read_only=True, wall_clock=lambda: f.WALL + 501)
         try:
-            assert talking.stale_for is None, "an event is word too"
+            assert talking.stale_for == pytest.approx(470, abs=1), "its last beat was at WALL + 31"
         finally:
             talking.close()

@@ -139,3 +139,18 @@ def test_manifest_files_skipped_at_start_up_are_said_on_stderr(
     assert capsys.readouterr().err.splitlines() == [
         f"tripwire: warning: {manifests / 'pipe.yaml'}: not a regular file (a FIFO); skipped"
     ]
+
+
+@pytest.mark.parametrize(
+    ("argv", "problem"),
+    [
+        (["--attach", "t.db"], "--forget-overrides is for an engine of the console's own"),
+        (["--no-record"], "--forget-overrides drops those kept in the trace store: it cannot be used with"),
+    ],
+)
+def test_forget_overrides_needs_an_engine_that_records(
+    capsys: pytest.CaptureFixture[str], argv: list[str], problem: str
+) -> None:
+    assert main(["console", "--forget-overrides", *argv]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"tripwire: {problem}")

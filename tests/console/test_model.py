@@ -22,7 +22,15 @@ from console.model import (
 )
 from engine.breaker import BreakerState
 from engine.demo import demo_engine
-from engine.events import AttemptFailed, BreakerReset, Event, ManifestRefused
+from engine.events import (
+    AttemptFailed,
+    BreakerReset,
+    BreakerRestored,
+    Event,
+    ManifestRefused,
+    RecordingStarted,
+    ToolRegistered,
+)
 from engine.faults import FaultInjector
 from engine.kinds import ErrorKind
 from engine.metrics import LATENCY_PRECISION, ToolStats
@@ -41,6 +49,37 @@ def fold(*events: Event, seeds: tuple[ToolSeed, ...] = ()) -> ConsoleModel:
 
 
 # --- breakers -------------------------------------------------------------------------------
+
+
+def test_a_restarted_engine_replaces_the_board_with_its_own_tools_as_they_stood() -> None:
+    """After a restart the board shows the new run: its tools' states from RecordingStarted (an
+    earlier run's trip is not the engine's state), a tool registered later, an override restored;
+    a tool of the earlier run only leaves the board."""
+    before = fold(
+        f.tripped("hotel_search", 1.0), f.opened("retired", 2.0), f.started("hotel_search", "c1", 3.0)
+    )
+    assert before.tools["hotel_search"].state is BreakerState.FORCED_OPEN
+    restart = RecordingStarted(
+        at=f.WALL + 10, t=10.0, host="vm", pid=7, keeps_overrides=True,
+        breakers={"hotel_search": {"state": "CLOSED", "consecutive_failures": 0, "half_open_at": None},
+                  "flights": {"state": "OPEN", "consecutive_failures": 5, "half_open_at": 40.0}},
+    )  # fmt: skip
+    changes = before.apply(
+        [restart, ToolRegistered(at=f.WALL + 11, t=11.0, tool_id="late", state=BreakerState.CLOSED)]
+    )
+    tools = before.tools
+    assert set(tools) == {"hotel_search", "flights", "late"}
+    assert (tools["hotel_search"].state, tools["hotel_search"].in_flight) == (BreakerState.CLOSED, {})
+    assert (tools["flights"].state, tools["flights"].half_open_at) == (BreakerState.OPEN, 40.0)
+    assert changes.tools == {"hotel_search", "flights", "late"}
+    restored = BreakerRestored(
+        at=f.WALL + 12, t=12.0, tool_id="hotel_search", from_state=BreakerState.CLOSED,
+        to_state=BreakerState.FORCED_OPEN, reason="maint", actor="operator:alice@h", consecutive_failures=0,
+        set_at=f.WALL,
+    )  # fmt: skip
+    before.apply([restored])
+    assert tools["hotel_search"].state is BreakerState.FORCED_OPEN
+    assert tools["hotel_search"].history[-1].actor == "operator:alice@h"
 
 
 def test_seeds_give_every_tool_its_breaker_and_manifest_before_any_event() -> None:

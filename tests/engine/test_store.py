@@ -35,6 +35,7 @@ from engine.events import (
     CallSucceeded,
     Event,
     ManifestLoaded,
+    RecordingStarted,
     ToolResultSent,
     TurnFinished,
     TurnStarted,
@@ -264,10 +265,16 @@ async def test_a_real_turn_is_stored_as_it_happened(store: TraceStore) -> None:
     end = next(i for i, e in enumerate(emitted) if isinstance(e, TurnFinished))
     in_turn, after = emitted[: end + 1], emitted[end + 1 :]
     assert stored.events == in_turn, "every event, in the order it was emitted"
-    # First the manifest versions in force when recording started (an engine announces only reloads).
+    # First every tool's breaker as recording started, then the manifest versions in force (an
+    # engine announces only reloads).
     everything = list(store.events())
+    started = everything[0]
+    assert isinstance(started, RecordingStarted)
+    assert started.breakers.keys() == set(engine.tool_ids)
+    assert {b["state"] for b in started.breakers.values()} == {"CLOSED"}
     versions = len(engine.manifests.entries)
-    assert [type(e) for e in everything[:versions]] == [ManifestLoaded] * versions
+    assert [type(e) for e in everything[1 : versions + 1]] == [ManifestLoaded] * versions
+    versions += 1
     # While run_turn waited for the commit, virtual time ran on: the breaker half-opened, outside the turn.
     assert everything[versions + len(in_turn) :] == after
     assert {id(e) for e in in_turn} == {id(e) for e in result.trace.events}, "the turn's trace, all of it"
@@ -327,8 +334,10 @@ async def test_manifest_versions_are_snapshotted_at_attach_and_on_reload(tmp_pat
         recorder.close()
         assert (store.manifest(first) or {})["timeout_ms"] == 1000
         assert (store.manifest(loaded.digest) or {})["timeout_ms"] == 2000
-        in_force, reloaded = store.events()  # the version in force when recording started, then the reload
+        # The tools' breakers as recording started, the version in force then, and the reload.
+        started, in_force, reloaded = store.events()
         assert isinstance(in_force, ManifestLoaded) and isinstance(reloaded, ManifestLoaded)
+        assert isinstance(started, RecordingStarted)
         assert (in_force.digest, in_force.previous_digest) == (first, None)
         assert (reloaded.digest, reloaded.previous_digest) == (loaded.digest, first)
         assert store.manifest("nope") is None

@@ -23,9 +23,10 @@ from engine.events import (
     Event,
     ManifestLoaded,
     ManifestRemoved,
+    ToolRegistered,
     TurnStarted,
 )
-from engine.store import MIGRATIONS, TraceStore, TraceStoreError
+from engine.store import MIGRATIONS, SCHEMA_VERSION, TraceStore, TraceStoreError
 from engine.store.command_auth import (
     CommandKeyError,
     command_origin,
@@ -33,7 +34,7 @@ from engine.store.command_auth import (
     read_key,
     verify,
 )
-from engine.store.schema import BREAKER_TRANSITIONS, MANIFEST_CHANGES
+from engine.store.schema import BREAKER_STATES, BREAKER_TRANSITIONS, MANIFEST_CHANGES, RECORDING_STARTS
 from tests.engine.conftest import WALL
 
 
@@ -95,17 +96,20 @@ def test_a_v1_store_is_migrated_and_keeps_its_data(tmp_path: Path, monkeypatch: 
         before = v1.counts()
         assert "commands" not in v1.db.table_names()
     monkeypatch.setattr("engine.store.schema.MIGRATIONS", MIGRATIONS)
-    with pytest.raises(TraceStoreError, match="older than 5: open it once read-write to migrate"):
+    with pytest.raises(
+        TraceStoreError, match=f"older than {SCHEMA_VERSION}: open it once read-write to migrate"
+    ):
         TraceStore(path, readonly=True)
 
     with TraceStore(path) as store:
-        assert store.schema_version == len(MIGRATIONS) == 5
+        assert store.schema_version == len(MIGRATIONS) == SCHEMA_VERSION
         assert store.counts() == {**before, "running": 0}
         assert list(store.events()) == events
         # Left running long ago by a writer that was not recorded (schema 1): finished on opening.
         assert store.load_turn("t1").row.outcome == "interrupted"
         assert store.manifest("d1") == {"timeout_ms": 5}
-        assert store.db.execute("SELECT value FROM meta WHERE key = 'schema_5_at'").fetchone() is not None
+        migrated_at = f"SELECT value FROM meta WHERE key = 'schema_{SCHEMA_VERSION}_at'"
+        assert store.db.execute(migrated_at).fetchone() is not None
         indexes = {i.name for t in ("commands", "events", "manifests") for i in store.db.table(t).indexes}
         assert {"commands_pending", "events_breaker_transitions", "events_manifest_changes",
                 "manifests_by_tool"} <= indexes  # fmt: skip
@@ -113,7 +117,7 @@ def test_a_v1_store_is_migrated_and_keeps_its_data(tmp_path: Path, monkeypatch: 
         assert states(store)["hotel_search"].breaker.state is BreakerState.FORCED_OPEN
         assert store.submit_command("reset", "hotel_search") == 1
     with TraceStore(path, readonly=True) as reader:
-        assert reader.schema_version == 5
+        assert reader.schema_version == SCHEMA_VERSION
         assert reader.command(1).status == "pending"
 
 
@@ -135,7 +139,7 @@ def test_a_v3_store_is_migrated_to_signed_commands_and_keeps_its_commands(
             v3.db.execute("UPDATE commands SET status = 'refused' WHERE id = 2")
     monkeypatch.setattr("engine.store.schema.MIGRATIONS", MIGRATIONS)
     with TraceStore(path) as store:
-        assert store.schema_version == 5
+        assert store.schema_version == SCHEMA_VERSION
         applied, pending = store.command(1), store.command(2)
         assert (applied.actor, applied.reason, applied.status, applied.result, applied.applied_at) == (
             "operator:alice", "drill", "applied", "FORCED_OPEN", WALL + 0.2
@@ -153,13 +157,17 @@ def test_a_v3_store_is_migrated_to_signed_commands_and_keeps_its_commands(
 
 
 def test_the_partial_indexes_name_every_breaker_transition_and_manifest_change() -> None:
-    """_v2 spells the event types out (a migration must never change): the code must agree."""
-    breakers = ", ".join(f"'{cls.event_type}'" for cls in BreakerTransitioned.__subclasses__())
+    """_v2 and _v6 spell the event types out (a migration must never change): the code must agree.
+    _v2's transitions are those of its day; _v6's breaker states are every transition since, a
+    restored override and a registration."""
+    transitions = [f"'{cls.event_type}'" for cls in BreakerTransitioned.__subclasses__()]
+    of_v2 = [t for t in transitions if t != "'BreakerRestored'"]
     manifests = f"'{ManifestLoaded.event_type}', '{ManifestRemoved.event_type}'"
     assert (
-        f"event_type IN ({breakers})",
+        f"event_type IN ({', '.join(of_v2)})",
         f"event_type IN ({manifests})",
-    ) == (BREAKER_TRANSITIONS, MANIFEST_CHANGES)
+        f"event_type IN ({', '.join([*transitions, repr(ToolRegistered.event_type)])})",
+    ) == (BREAKER_TRANSITIONS, MANIFEST_CHANGES, BREAKER_STATES)
 
 
 def test_the_seed_and_tail_queries_use_their_indexes(store: TraceStore) -> None:
@@ -171,6 +179,12 @@ def test_the_seed_and_tail_queries_use_their_indexes(store: TraceStore) -> None:
     )
     assert "events_manifest_changes" in plan(
         f"SELECT id FROM events WHERE tool_id = 'a' AND {MANIFEST_CHANGES} ORDER BY id DESC LIMIT 1"
+    )
+    assert "events_breaker_states" in plan(
+        f"SELECT id FROM events WHERE tool_id = 'a' AND {BREAKER_STATES} ORDER BY id DESC LIMIT 1"
+    )
+    assert "events_recording_starts" in plan(
+        f"SELECT id FROM events WHERE {RECORDING_STARTS} ORDER BY id DESC LIMIT 1"
     )
     assert "commands_pending" in plan("SELECT id FROM commands WHERE status = 'pending' ORDER BY id LIMIT 5")
     assert "PRIMARY KEY" in plan("SELECT id FROM events WHERE id > 5 ORDER BY id LIMIT 10")

@@ -12,8 +12,17 @@ from typing import Any
 import pytest
 
 from engine.breaker import BreakerState
-from engine.events import BreakerOpened, Event, ManifestLoaded, TurnFinished, TurnStarted
-from engine.store import MIGRATIONS, TraceStore
+from engine.events import (
+    BreakerOpened,
+    BreakerRestored,
+    Event,
+    ManifestLoaded,
+    RecordingStarted,
+    ToolRegistered,
+    TurnFinished,
+    TurnStarted,
+)
+from engine.store import MIGRATIONS, SCHEMA_VERSION, TraceStore
 from tests.engine.conftest import WALL
 from tests.engine.test_store import every_event, turn_events
 
@@ -40,7 +49,11 @@ def recorded_turn(turn_id: str, at: float) -> list[Event]:
     return events
 
 
-def workload() -> list[Event]:
+SINCE_V6 = (BreakerRestored, RecordingStarted, ToolRegistered)
+"""Events that say a breaker's state and only a schema-6 reader reads so: not in an older store."""
+
+
+def workload(*, since_v6: bool = True) -> list[Event]:
     events: list[Event] = [
         ManifestLoaded(at=WALL - 1, t=0.0, tool_id="flight_search", path="m.yaml", version=1, digest="d1",
                        manifest={"timeout_ms": 5}),
@@ -49,6 +62,8 @@ def workload() -> list[Event]:
     events += recorded_turn("t2", WALL + 1)
     events += [e for e in every_event("t2") if not isinstance(e, TurnStarted)]  # every kind, in the turn
     events += [e for e in every_event(None) if not isinstance(e, TurnStarted | TurnFinished)]  # and outside
+    if not since_v6:
+        events = [e for e in events if not isinstance(e, SINCE_V6)]
     events += recorded_turn("t1", WALL + 2)  # the id again (a restarted engine): the first is renamed
     events.append(
         BreakerOpened(at=WALL + 3, t=3.0, tool_id="car_rental", from_state=BreakerState.CLOSED,
@@ -98,7 +113,7 @@ def test_a_v2_store_is_migrated_in_place_and_reads_as_before(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "t.db"
-    events = workload()
+    events = workload(since_v6=False)
     monkeypatch.setattr("engine.store.schema.MIGRATIONS", MIGRATIONS[:2])
     with TraceStore(path) as v2:
         assert v2.schema_version == 2
@@ -109,7 +124,7 @@ def test_a_v2_store_is_migrated_in_place_and_reads_as_before(
         assert all('"spec":' in data for (data,) in started), "stored twice, as schema 2 did"
     monkeypatch.setattr("engine.store.schema.MIGRATIONS", MIGRATIONS)
     with TraceStore(path) as store:
-        assert store.schema_version == len(MIGRATIONS) == 5
+        assert store.schema_version == len(MIGRATIONS) == SCHEMA_VERSION
         after = everything_read(store)
         for key in before:
             assert after[key] == before[key], key

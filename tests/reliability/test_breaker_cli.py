@@ -59,7 +59,8 @@ def test_list_shows_every_tool_and_says_the_engine_is_heard_from(
     status, out, err = breaker(capsys, "list", "--attach", str(service))
     assert (status, err) == (0, "")
     lines = out.splitlines()
-    assert lines[0] == f"breakers of the engine recording into {service}: the engine is heard from"
+    heading = f"breakers of the engine recording into {service}: the engine is heard from ({ME.host} pid "
+    assert lines[0].startswith(heading)
     assert lines[1].split() == ["tool", "state", "fails", "half-open", "changed"]
     listed = {line.split()[0] for line in lines[3:] if not line.startswith(" ")}
     assert set(DEMO_TOOLS) <= listed
@@ -71,6 +72,7 @@ def test_list_json_shape(service: Path, capsys: pytest.CaptureFixture[str]) -> N
     listing = json.loads(out)
     assert listing["store"] == str(service)
     assert listing["engine"]["stale"] is False and listing["engine"]["takes_commands"] is True
+    assert listing["engine"]["status"] == "live" and listing["engine"]["writer"].startswith(f"{ME.host} pid ")
     assert 0 <= listing["engine"]["heard_from_s_ago"] < 10
     tools = {tool["tool"]: tool for tool in listing["tools"]}
     assert set(DEMO_TOOLS) <= set(tools)
