@@ -23,6 +23,7 @@ from typing import Any, Literal, NamedTuple, Protocol
 import anyio
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
+from console.extras import missing_extra, needs_extra
 from console.model import ManifestView, ToolSeed
 from engine.demo import demo_engine
 from engine.engine import Engine
@@ -246,6 +247,9 @@ def import_workload(spec: str) -> Workload:
         else:
             module = importlib.import_module(module_name)
     except Exception as exc:
+        extra = missing_extra(exc) if isinstance(exc, ImportError) else None
+        if extra is not None:  # its own imports are the user's; one of tripwire's extras is ours to name
+            raise WorkloadError(f"--workload {spec!r}: {needs_extra(module_name, extra)}") from None
         raise WorkloadError(f"--workload {spec!r}: cannot import {module_name}: {exc}") from None
     fn: Any = getattr(module, function, None)
     if fn is None:

@@ -126,6 +126,9 @@ class CallRun:
     handler: ErrorHandler | None
     """The call's own handler, normalized (see :func:`~engine.handler.as_handler`); None defers to
     the engine's."""
+    ran: bool = False
+    """Did any failed attempt run the tool (its kind says executed)? The call's ``executed``, whatever
+    its last kind or an alternative's (spec-map kinds.count-executed)."""
     secrets: tuple[str, ...] | None = None
     """The values of the call's secret arguments, looked for in its error texts; found when first needed."""
     scrubbed: tuple[str, str] = ("", "")

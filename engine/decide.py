@@ -102,6 +102,34 @@ def decide(
     return within_hard_limits(custom_decision, failure), None
 
 
+def refused_retry(
+    run: CallRun,
+    classification: Classification,
+    refusal: str,
+    now: float,
+    partial_result: Any,
+    *,
+    tools: Mapping[str, RegisteredTool],
+) -> HandlerDecision:
+    """The decision when a retry already decided on is refused as it is due (``refusal``: the
+    tool's breaker opened during the backoff; later, anything else that stops a retry).
+
+    The one rule for every such refusal (spec-map kinds.count-executed): the call ends on its last
+    attempt — that attempt's kind, and executed if any attempt ran — and the refusal is only the
+    reason of the decision, never the call's kind. The default rules decide without the retry, as
+    they do when the engine overrules a custom handler's (:func:`~engine.handler.within_hard_limits`).
+    """
+    ctx = run.ctx
+    alternatives = available_alternatives(run.manifest, ctx, now, tools) if run.manifest.alternatives else ()
+    return DEFAULT_HANDLER.without_retry(
+        f"retry refused: {refusal}",
+        kind=classification.kind,
+        partial_result=partial_result,
+        alternatives=alternatives,
+        optional=ctx.optional if ctx is not None else False,
+    )
+
+
 def available_alternatives(
     manifest: ToolManifest, ctx: CallContext | None, now: float, tools: Mapping[str, RegisteredTool]
 ) -> tuple[str, ...]:

@@ -59,6 +59,7 @@ class ToolError(TripwireError):
         "at",
         "attempts",
         "classification",
+        "executed",
         "kind",
         "message",
         "original_error",
@@ -83,8 +84,12 @@ class ToolError(TripwireError):
         classification: Classification | None = None,
         attempts: int = 0,
         partial_result: Any = None,
+        executed: bool | None = None,
     ) -> None:
         self.kind = kind if type(kind) is ErrorKind else ErrorKind(kind)
+        self.executed: bool = self.kind.executed if executed is None else executed
+        """Did the tool run (or may it have)? By default what the kind says; a failed call's is True
+        when any of its attempts ran, whatever its last kind (spec-map kinds.count-executed)."""
         if not message:
             message = str(original_error) if original_error else self.kind.info.description
         self.message = message
@@ -108,10 +113,6 @@ class ToolError(TripwireError):
     def timestamp(self) -> datetime | None:
         """When it happened, as a UTC ``datetime`` (spec-map llm.tool-execution-error)."""
         return datetime.fromtimestamp(self.at, UTC) if self.at is not None else None
-
-    @property
-    def executed(self) -> bool:
-        return self.kind.executed
 
     @property
     def error_type(self) -> str:

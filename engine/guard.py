@@ -21,7 +21,6 @@ import logging
 import random
 from collections.abc import Callable
 from dataclasses import replace
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -40,7 +39,7 @@ from engine.call import (
 )
 from engine.cancellation import is_stray_cancellation, stray_cancellation_error
 from engine.classify import Classification, Rule, classify
-from engine.decide import decide
+from engine.decide import decide, refused_retry
 from engine.errors import ToolError
 from engine.events import (
     AlternativeUsed,
@@ -64,15 +63,14 @@ from engine.handler import (
     HandlerLike,
     as_handler,
 )
+from engine.invoke import invoke, invoke_injected
 from engine.kinds import ErrorClass, ErrorKind
 from engine.metrics import MetricsRegistry
 from engine.redaction import RedactionPolicy
-from engine.streams import collect, open_stream
 from engine.timeouts import TimeoutSupervisor, enter_idle_window, leave_idle_window, timeout_error
 
 if TYPE_CHECKING:
-    from engine.faults import AttemptInjector, InjectedAttempt
-    from engine.faults.models import StreamCut
+    from engine.faults import AttemptInjector
     from engine.manifest import ToolManifest
 
 log = logging.getLogger("tripwire.engine")
@@ -246,11 +244,11 @@ class CallGuard:
                 with scope:
                     try:
                         if fault is not None:
-                            value = await self._injected(fault, tool, args, opening_stream)
+                            value = await invoke_injected(fault, tool, args, opening_stream)
                         elif tool.is_async:
                             value = await tool.fn(**args)
                         else:  # plain or streaming
-                            value = await self._invoke(tool, args, opening_stream)
+                            value = await invoke(tool, args, opening_stream)
                     except Exception as exc:
                         error = exc
                     except BaseException as exc:
@@ -293,27 +291,6 @@ class CallGuard:
             if isinstance(next_step, CallResult):
                 return next_step
             permit, now = next_step, clock()  # admitted to retry
-
-    async def _invoke(
-        self, tool: RegisteredTool, args: dict[str, Any], opening_stream: bool, cut: StreamCut | None = None
-    ) -> Any:
-        if tool.is_stream:
-            chunks = tool.fn(**args)
-            if cut is not None:
-                chunks = cut(chunks)
-            return await (open_stream(chunks) if opening_stream else collect(chunks))
-        if tool.is_async:
-            return await tool.fn(**args)
-        return await anyio.to_thread.run_sync(partial(tool.fn, **args), abandon_on_cancel=True)
-
-    async def _injected(
-        self, fault: InjectedAttempt, tool: RegisteredTool, args: dict[str, Any], opening_stream: bool
-    ) -> Any:
-        """An attempt an injector stepped into: the fault runs in the tool's place, or cuts its stream."""
-        cut = fault.stream_cut() if tool.is_stream else None
-        if cut is None:
-            return await fault.run(partial(self._invoke, tool, args, opening_stream))
-        return await self._invoke(tool, args, opening_stream, cut)
 
     # --- failed attempts -----------------------------------------------------------------
 
@@ -385,6 +362,7 @@ class CallGuard:
         classification = self._failed_attempt(
             tool, run.manifest, permit, error, now, now - attempt_start, run.ctx, run.call_id
         )
+        run.ran = run.ran or classification.kind.executed
         partial_result = partial_result_of(error)
         decided = self._decide(run, error, classification, attempt, now, partial_result)
         if trace is not None or self._bus.active:
@@ -410,10 +388,10 @@ class CallGuard:
             await anyio.sleep(decided.delay_s)
         now = self.clock()
         retry = breaker.acquire(now)
-        if retry is None:
-            reason = f"retry short-circuited: {breaker.rejection_reason()}"
-            shorted = HandlerDecision(Decision.ESCALATE, reason)
-            return await self._conclude(run, now, attempt, error, _CIRCUIT_OPEN, shorted, partial_result)
+        if retry is None:  # the breaker opened during the backoff: the call ends on its last attempt
+            refusal = f"circuit breaker for {tool.name} is {breaker.state}"
+            refused = refused_retry(run, classification, refusal, now, partial_result, tools=self._tools)
+            return await self._conclude(run, now, attempt, error, classification, refused, partial_result)
         if retry.half_opened is not None:
             self._transitioned(retry.half_opened, run.ctx, run.call_id)
         tool.metrics.on_retry(now)
@@ -467,7 +445,7 @@ class CallGuard:
             classification.kind, error_message(error), tool_id=tool.name, original_error=error,
             tool_input=run.args, status_code=classification.status_code,
             retry_after_s=classification.retry_after_s, at=self.wall_clock(),
-            classification=classification, attempts=attempts,
+            classification=classification, attempts=attempts, executed=run.ran,
         )  # fmt: skip
         observed = trace is not None or self._bus.active
         if decided.decision is Decision.PARTIAL_SUCCESS:
@@ -518,6 +496,8 @@ class CallGuard:
         )
         result = await self.execute(alternative, run.args, alt_ctx, run.handler)
         result.served_by = result.served_by or alternative
+        if run.ran and result.error is not None:  # this tool ran, whatever became of the alternative
+            result.error.executed = True
         return result
 
     def next_call_ordinal(self, tool_id: str) -> int:

@@ -185,6 +185,15 @@ class DefaultErrorHandler:
                 why = "circuit breaker open: no attempt made"
         else:
             why = f"{c.error_class} error ({kind}): retrying will not help"
+        return self.without_retry(
+            why, kind=kind, partial_result=partial_result, alternatives=alternatives, optional=optional
+        )
+
+    def without_retry(
+        self, why: str, *, kind: ErrorKind, partial_result: Any, alternatives: tuple[str, ...], optional: bool
+    ) -> HandlerDecision:
+        """The rules once the same tool will not be tried again (``why``): keep a partial result,
+        else use the first alternative, else give up — gracefully when the call is optional."""
         if partial_result is not MISSING:
             return HandlerDecision(Decision.PARTIAL_SUCCESS, f"{why}; keeping the partial result")
         if alternatives and kind not in CALLER_FAULT_KINDS:

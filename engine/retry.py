@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
-from typing import Annotated, Literal, Self
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from engine.config import DAY_MS, NOT_BOOL
 
@@ -40,19 +40,19 @@ class RetryPolicy(BaseModel):
     max_total_time_ms: Annotated[float, NOT_BOOL] = Field(default=2000.0, gt=0, le=DAY_MS)
     """No retry starts later than this after the first attempt started."""
 
-    @model_validator(mode="after")
-    def _delays_ordered(self) -> Self:
-        if self.initial_delay_ms > self.max_delay_ms:
-            raise ValueError(
-                f"initial_delay_ms ({self.initial_delay_ms:g}) exceeds max_delay_ms ({self.max_delay_ms:g})"
-            )
-        return self
-
     def base_delay_ms(self, retry: int) -> float:
-        """Delay before retry number ``retry`` (1 = the second attempt), before jitter."""
+        """Delay before retry number ``retry`` (1 = the second attempt), before jitter.
+
+        ``exponential_backoff``: ``initial_delay_ms × multiplier^(retry−1)``, every delay capped at
+        ``max_delay_ms`` — the first included, as tenacity's ``wait_exponential(max=…)`` caps it, so
+        an initial delay above the cap is the cap (spec-map retry.backoff). ``fixed``:
+        ``initial_delay_ms`` every time, whatever ``max_delay_ms`` says.
+        """
         initial, cap = self.initial_delay_ms, self.max_delay_ms
-        if self.strategy == "fixed" or retry <= 1 or initial == 0 or self.multiplier == 1.0:
+        if self.strategy == "fixed":
             return initial
+        if retry <= 1 or initial == 0 or self.multiplier == 1.0 or initial >= cap:
+            return min(initial, cap)
         # Cap before multiplying: once the exponent reaches the cap (compared in log space),
         # ``multiplier ** n`` is never computed, so no retry number can overflow it.
         if (retry - 1) * math.log(self.multiplier) >= math.log(cap / initial):

@@ -21,6 +21,7 @@ from rich.console import Console
 
 from console.cli.arguments import FLEET_SCHEMES, LIMIT_MAX, POLL_MS_MAX, WAIT_S_MAX, build_parser
 from console.cli.doctor import report, startup_problem
+from console.extras import fleet_target, requires_extra
 from console.usage import UsageError
 from engine.errors import TraceStoreError, one_line
 from engine.locations import bundled_manifests, default_manifests, default_trace_store
@@ -266,8 +267,9 @@ def _attach_conflicts(args: argparse.Namespace) -> list[str]:
 
 def _fleet_console(args: argparse.Namespace, url: str) -> int:
     """``--attach redis://…``: the console over the fleet in that Redis namespace."""
-    from console.fleet_app import build_fleet_app  # start-up: Textual and redis, for this command only
-    from engine.fleet import FleetConfigError, parse_fleet_url  # start-up: likewise
+    with requires_extra(fleet_target(url), "fleet"):
+        from console.fleet_app import build_fleet_app  # start-up: Textual and redis, for this command only
+        from engine.fleet import FleetConfigError, parse_fleet_url  # start-up: likewise
 
     try:
         config = parse_fleet_url(url)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from console.cli.doctor import version
+from console.extras import pip_install
 from engine.errors import one_line
 
 TRACES_DEFAULT = "./traces/traces.db in a project with a traces/ directory, else your data directory"
@@ -135,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=_port,
         metavar="PORT",
         help="serve Prometheus metrics at http://ADDR:PORT/metrics while it runs (0: a free port, printed;"
-        " needs the prometheus extra: pip install 'tripwire[prometheus]')",
+        f" needs the prometheus extra: {pip_install('prometheus')})",
     )
     serve.add_argument(
         "--metrics-addr",
@@ -148,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="join the fleet at redis://[user:password@]host:port/db?namespace=NAME (rediss:// for TLS;"
         " quorum=, window_s=, on_unavailable=local|fail_closed, key_file= for operator commands, …;"
-        " needs the fleet extra: pip install 'tripwire[fleet]'). The password is never printed",
+        f" needs the fleet extra: {pip_install('fleet')}). The password is never printed",
     )
 
     _breaker_commands(commands)

@@ -34,6 +34,7 @@ from console import render
 from console.attach import NO_COMMANDS, AttachedLink, CommandFailed
 from console.cli.arguments import WAIT_S_MAX
 from console.cli.tables import Column, aligned_rows
+from console.extras import fleet_target, requires_extra
 from console.host import Action
 from console.usage import UsageError
 from engine.breaker import BreakerState
@@ -45,7 +46,6 @@ if TYPE_CHECKING:
 
 APPLIED, REFUSED = 0, 1
 """Exit statuses; bad input is 2, as for every command."""
-FLEET_EXTRA = "pip install 'tripwire[fleet]'"
 ACK_POLL_S = 0.02
 """How often a fleet action looks for new acknowledgements while it waits."""
 T = TypeVar("T")
@@ -444,13 +444,9 @@ def _member_answer(member: str, outcome: FleetOutcome, wait_s: float) -> dict[st
 
 def _fleet_config(url: str) -> FleetConfig:
     """The fleet at ``url``, or a one-line refusal naming what is wrong (never the password)."""
-    try:
+    with requires_extra(fleet_target(url), "fleet"):
         # Start-up: redis-py (an extra) is loaded only when the target is a fleet.
         from engine.fleet import FleetConfigError, parse_fleet_url
-    except ImportError:
-        raise UsageError(
-            f"--attach {url.split('://')[0]}://…: a fleet needs the fleet extra: {FLEET_EXTRA}"
-        ) from None
     try:
         return parse_fleet_url(url)
     except FleetConfigError as exc:

@@ -21,6 +21,7 @@ from anyio import CancelScope
 from anyio.abc import TaskStatus
 
 from console.cli.run import warn_refused
+from console.extras import requires_extra
 from console.host import Workload, driven_engine
 from console.usage import UsageError
 from engine.engine import Engine
@@ -68,8 +69,6 @@ def serve_command(args: argparse.Namespace, retention: RetentionPolicy) -> int:
         engine.close()
 
 
-PROMETHEUS_EXTRA = "pip install 'tripwire[prometheus]'"
-FLEET_EXTRA = "pip install 'tripwire[fleet]'"
 METRICS_ADDR_DEFAULT = "127.0.0.1"
 
 
@@ -80,10 +79,8 @@ def _metrics_addr(port: int | None, addr: str | None) -> str:
         if addr is not None:
             raise UsageError("--metrics-addr needs --metrics-port: the port to serve the metrics on")
         return METRICS_ADDR_DEFAULT
-    try:
+    with requires_extra("--metrics-port", "prometheus"):
         import prometheus_client  # noqa: F401 - start-up: loaded only when metrics are served
-    except ImportError:
-        raise UsageError(f"--metrics-port needs the prometheus extra: {PROMETHEUS_EXTRA}") from None
     return addr if addr is not None else METRICS_ADDR_DEFAULT
 
 
@@ -111,11 +108,9 @@ def _served_metrics(engine: Engine, port: int | None, addr: str) -> Iterator[Non
 def _fleet_config(url: str) -> tuple[FleetConfig, bytes | None]:
     """``--fleet URL``'s config and operator-command key; a one-line refusal, before anything
     starts, for a bad URL, a key file that cannot be used or no redis-py. Never the password."""
-    try:
+    with requires_extra("--fleet", "fleet"):
         # Start-up: redis-py is loaded only by a serve with --fleet (and is an extra).
         from engine.fleet import KEY_FILE_ENV, FleetConfigError, load_fleet_key, parse_fleet_url
-    except ImportError:
-        raise UsageError(f"--fleet needs the fleet extra: {FLEET_EXTRA}") from None
     try:
         config = parse_fleet_url(url)
     except FleetConfigError as exc:

@@ -58,6 +58,7 @@ class ToolExecutionError(ToolError):
             at=at,
             classification=classification,
             attempts=inner.attempts if inner is not None else 0,
+            executed=inner.executed if inner is not None else None,  # a call's: from all its attempts
         )
         self._error_type = error_type or root_error_type(original_error)
 

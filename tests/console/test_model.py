@@ -20,6 +20,7 @@ from console.model import (
     ManifestView,
     ToolSeed,
 )
+from engine import BreakerConfig, Engine, RetryPolicy, ToolManifest
 from engine.breaker import BreakerState
 from engine.demo import demo_engine
 from engine.events import (
@@ -36,6 +37,7 @@ from engine.kinds import ErrorKind
 from engine.metrics import LATENCY_PRECISION, ToolStats
 from engine.outcomes import TurnResult
 from engine.scenario import load_scenario, run_scenario
+from engine.turn import ToolCall, Turn
 from tests.console import factory as f
 from tests.console.demo_feed import live_demo
 
@@ -454,3 +456,38 @@ def test_a_forced_open_breaker_reset_by_an_operator_shows_no_failures() -> None:
     assert model.tools["search"].consecutive_failures == 3
     model.apply([reset("search", 3.0, from_state=BreakerState.FORCED_OPEN, failures=3)])
     assert model.tools["search"].row(3.0).consecutive_failures == 0
+
+
+def test_a_call_whose_retry_a_breaker_refused_shows_as_the_failure_it_was() -> None:
+    """Issue 22 §8: the retry of one call is refused by the breaker the other's failure opened.
+    Both tools ran and failed: the view says so (the refused retry is the reason), never that the
+    call was rejected or ended in ``circuit_open``."""
+    svc = ToolManifest(
+        id="svc",
+        retry_policy=RetryPolicy(max_attempts=3, jitter_percent=0),
+        circuit_breaker=BreakerConfig(failure_threshold=2),
+    )
+    engine = Engine([svc], rng=random.Random(7))
+
+    async def down() -> None:
+        raise Exception("svc is down")
+
+    engine.register("svc", down)
+    events: list[Event] = []
+    engine.subscribe(events.append, direct=True)
+
+    async def play() -> TurnResult:
+        return await engine.run_turn(Turn([ToolCall("a", "svc"), ToolCall("b", "svc")], id="t1"))
+
+    result = anyio.run(
+        play, backend="trio", backend_options={"clock": trio.testing.MockClock(autojump_threshold=0)}
+    )
+    model = fold(*events, seeds=(ToolSeed("svc"),))
+    turn = model.turns["t1"]
+    assert turn.outcome == result.outcome == "degraded"
+    assert {c: n.label for c, n in turn.calls.items()} == {"a": "failed", "b": "failed"}
+    assert sorted(n.reason for n in turn.calls.values()) == [
+        "execution_error: circuit breaker for svc is OPEN",
+        "execution_error: retry refused: circuit breaker for svc is OPEN",
+    ]
+    assert [t.outcome for t in model.tools["svc"].timelines()] == ["failed", "failed"]

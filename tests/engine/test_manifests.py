@@ -240,15 +240,14 @@ TOOL_ERRORS = [
         tool:
           id: flaky
           side_effect: read_only
+          timeout_ms: 1000
 
-          retry_policy:
-            initial_delay_ms: 900
-            max_delay_ms: 800
+          idle_timeout_ms: 1000
         """,
-        5,
-        "tool.retry_policy",
-        "initial_delay_ms (900) exceeds max_delay_ms (800)",
-        id="initial-delay-above-max",
+        6,
+        "tool.idle_timeout_ms",
+        "must be less than timeout_ms (1000), the hard cap",
+        id="idle-timeout-not-below-timeout",
     ),
     pytest.param(
         """
@@ -654,19 +653,38 @@ def test_defaults_merge_key_by_key(tmp_path: Path) -> None:
 
 
 def test_a_tool_can_break_a_defaults_constraint(tmp_path: Path) -> None:
-    """Validation runs on the merged policy: initial delay from the file, max from defaults."""
+    """Validation runs on the merged policy: the idle window from the file, the timeout from defaults."""
     write(tmp_path / DEFAULTS_FILE, DEFAULTS)
     path = write(
         tmp_path / "slow.yaml",
-        "tool:\n  id: slow\n  retry_policy:\n    initial_delay_ms: 500\n  side_effect: read_only\n",
+        "tool:\n  id: slow\n  idle_timeout_ms: 15000\n  side_effect: read_only\n",
     )
 
     with pytest.raises(ManifestError) as info:
         ManifestRegistry.from_directory(tmp_path)
 
     assert str(info.value) == (
-        f"{path}:3: tool.retry_policy: initial_delay_ms (500) exceeds max_delay_ms (400)"
+        f"{path}:3: tool.idle_timeout_ms: must be less than timeout_ms (12000), the hard cap"
     )
+
+
+def test_a_first_delay_past_the_defaults_cap_is_capped_and_a_fixed_one_is_kept(bundled: Path) -> None:
+    """Under the bundled defaults (a cap of 800 ms) a tool asks for a 1 s first delay: it was refused
+    (``initial_delay_ms (1000) exceeds max_delay_ms (800)``). Now exponential backoff caps it, like
+    every later delay, and a fixed delay is whatever the tool says."""
+    for name, strategy in (("steady", "fixed"), ("growing", "exponential_backoff")):
+        write(
+            bundled / f"{name}.yaml",
+            f"tool:\n  id: {name}\n  side_effect: read_only\n  retry_policy:\n"
+            f"    strategy: {strategy}\n    initial_delay_ms: 1000\n",
+        )
+
+    registry = ManifestRegistry.from_directory(bundled)
+
+    steady, growing = registry.get("steady").retry_policy, registry.get("growing").retry_policy
+    assert steady.max_delay_ms == growing.max_delay_ms == 800  # from defaults.yaml
+    assert [steady.base_delay_ms(r) for r in (1, 2, 3)] == [1000, 1000, 1000]
+    assert [growing.base_delay_ms(r) for r in (1, 2, 3)] == [800, 800, 800]
 
 
 DEFAULTS_ERRORS = [
@@ -893,15 +911,15 @@ def test_duplicate_id_in_new_file_is_rejected_and_original_kept(bundled: Path) -
 def test_defaults_change_that_breaks_a_tool_is_rejected_as_a_whole(bundled: Path) -> None:
     slow = write(
         bundled / "slow.yaml",
-        "tool:\n  id: slow\n  retry_policy:\n    initial_delay_ms: 500\n  side_effect: read_only\n",
+        "tool:\n  id: slow\n  idle_timeout_ms: 20000\n  side_effect: read_only\n",
     )
     registry = ManifestRegistry.from_directory(bundled)
     entries = dict(registry.entries)
     version = registry.version
     defaults = bundled / DEFAULTS_FILE
     original = defaults.read_text()
-    # valid on its own (100 <= 400), and fine for six tools, but slow's 500 ms exceeds it
-    defaults.write_text(original.replace("max_delay_ms: 800", "max_delay_ms: 400"))
+    # valid on its own, and fine for the tools with timeouts of their own, but below slow's idle window
+    defaults.write_text(original.replace("defaults:\n  timeout_ms: 30000", "defaults:\n  timeout_ms: 10000"))
 
     (event,) = reload(registry, defaults)
 
@@ -909,14 +927,13 @@ def test_defaults_change_that_breaks_a_tool_is_rejected_as_a_whole(bundled: Path
     assert event.path == str(defaults)
     assert event.errors == (
         f"{defaults}: these defaults break {slow}:3: "
-        "tool.retry_policy: initial_delay_ms (500) exceeds max_delay_ms (400)",
+        "tool.idle_timeout_ms: must be less than timeout_ms (10000), the hard cap",
     )
     assert_one_line(event.errors[0])
     assert registry.entries == entries  # all or nothing: no tool got the new defaults
     assert registry.version == version
     assert set(registry.rejected) == {str(defaults)}
-    assert registry.get("hotel_search").retry_policy.max_delay_ms == 800
-    assert registry.get("not_in_any_file").retry_policy.max_delay_ms == 800
+    assert registry.get("not_in_any_file").timeout_ms == 30000
 
     # restoring the last good defaults clears the rejection, with nothing to reload
     defaults.write_text(original)
@@ -970,20 +987,22 @@ def test_defaults_change_retries_files_rejected_under_the_old_defaults(bundled: 
     registry = ManifestRegistry.from_directory(bundled)
     slow = write(
         bundled / "slow.yaml",
-        "tool:\n  id: slow\n  retry_policy:\n    initial_delay_ms: 1500\n  side_effect: read_only\n",
+        "tool:\n  id: slow\n  idle_timeout_ms: 40000\n  side_effect: read_only\n",
     )
     still_bad = write(bundled / "bad.yaml", "tool:\n  id: bad\n  timeout_ms: -1\n  side_effect: read_only\n")
     rejected = reload(registry, slow, still_bad)
     assert [type(e) for e in rejected] == [ManifestRejected, ManifestRejected]
     defaults = bundled / DEFAULTS_FILE
-    defaults.write_text(defaults.read_text().replace("max_delay_ms: 800", "max_delay_ms: 1600"))
+    defaults.write_text(
+        defaults.read_text().replace("defaults:\n  timeout_ms: 30000", "defaults:\n  timeout_ms: 60000")
+    )
 
     events = reload(registry, defaults)
 
     loaded = {e.tool_id for e in events if isinstance(e, ManifestLoaded)}
     assert "slow" in loaded
     assert not any(isinstance(e, ManifestRejected) for e in events)
-    assert registry.get("slow").retry_policy.initial_delay_ms == 1500
+    assert registry.get("slow").idle_timeout_ms == 40000
     assert set(registry.rejected) == {str(still_bad)}
 
 
@@ -991,13 +1010,15 @@ def test_a_rejected_file_broken_further_is_not_retried_from_its_old_content(bund
     registry = ManifestRegistry.from_directory(bundled)
     slow = write(
         bundled / "slow.yaml",
-        "tool:\n  id: slow\n  retry_policy:\n    initial_delay_ms: 1500\n  side_effect: read_only\n",
+        "tool:\n  id: slow\n  idle_timeout_ms: 40000\n  side_effect: read_only\n",
     )
     reload(registry, slow)
     slow.write_text("tool: [")
     reload(registry, slow)
     defaults = bundled / DEFAULTS_FILE
-    defaults.write_text(defaults.read_text().replace("max_delay_ms: 800", "max_delay_ms: 1600"))
+    defaults.write_text(
+        defaults.read_text().replace("defaults:\n  timeout_ms: 30000", "defaults:\n  timeout_ms: 60000")
+    )
 
     events = reload(registry, defaults)
 

@@ -52,9 +52,17 @@ def test_zero_jitter_is_exact() -> None:
     assert RetryPolicy(jitter_percent=0).delay_s(3, random.Random()) == pytest.approx(0.4)
 
 
-def test_initial_delay_above_max_delay_is_rejected() -> None:
-    with pytest.raises(ValidationError, match="initial_delay_ms"):
-        RetryPolicy(initial_delay_ms=900, max_delay_ms=800)
+def test_an_initial_delay_above_the_cap_is_capped_like_every_later_one() -> None:
+    """As tenacity's ``wait_exponential(max=…)``: the first delay is capped too (it was refused)."""
+    policy = RetryPolicy(initial_delay_ms=1000, max_delay_ms=800, jitter_percent=0)
+    assert [policy.base_delay_ms(r) for r in range(1, 4)] == [800, 800, 800]
+    assert policy.delay_s(1, random.Random(0)) == pytest.approx(0.8)
+    assert RetryPolicy(initial_delay_ms=5, max_delay_ms=0).base_delay_ms(1) == 0
+
+
+def test_a_fixed_delay_is_any_delay_the_cap_plays_no_part() -> None:
+    policy = RetryPolicy(strategy="fixed", initial_delay_ms=1000, max_delay_ms=800)
+    assert [policy.base_delay_ms(r) for r in range(1, 4)] == [1000, 1000, 1000]
 
 
 def test_unknown_fields_are_rejected() -> None:
@@ -164,8 +172,8 @@ _bounded_ms = st.floats(0, DAY_MS)
 _policies = st.builds(
     lambda strategy, a, b, multiplier, jitter, attempts, budget: RetryPolicy(
         strategy=strategy,
-        initial_delay_ms=min(a, b),
-        max_delay_ms=max(a, b),
+        initial_delay_ms=a,
+        max_delay_ms=b,
         multiplier=multiplier,
         jitter_percent=jitter,
         max_attempts=attempts,
@@ -206,11 +214,31 @@ def test_plan_retry_never_raises_and_delays_are_finite_and_capped(
         remaining_s=remaining_s,
     )
     assert math.isfinite(plan.delay_s)
-    cap_s = policy.max_delay_ms * (1 + policy.jitter_percent / 100) / 1000
+    longest_ms = policy.initial_delay_ms if policy.strategy == "fixed" else policy.max_delay_ms
+    cap_s = longest_ms * (1 + policy.jitter_percent / 100) / 1000
     assert 0 <= plan.delay_s <= max(cap_s, retry_after_s or 0) + 1e-9
     assert plan.reason
     if plan.retry:
         assert attempts_made < policy.max_attempts
+
+
+@given(policy=_policies, retry=st.integers(1, 10 * MAX_ATTEMPTS))
+def test_the_backoff_rule(policy: RetryPolicy, retry: int) -> None:
+    """``fixed``: the initial delay, always. Exponential: ``initial × multiplier^(retry−1)`` capped at
+    ``max_delay_ms`` — the first delay too — so never above the cap and never shrinking."""
+    base = policy.base_delay_ms(retry)
+    if policy.strategy == "fixed":
+        assert base == policy.initial_delay_ms
+        return
+    initial, cap = policy.initial_delay_ms, policy.max_delay_ms
+    if initial == 0 or cap == 0:
+        expected = 0.0
+    else:  # in log space: the uncapped delay may be far past any float
+        exponent = math.log(initial) + (retry - 1) * math.log(policy.multiplier)
+        expected = cap if exponent >= math.log(cap) else math.exp(exponent)
+    assert base == pytest.approx(expected, rel=1e-9)
+    assert base <= policy.max_delay_ms
+    assert policy.base_delay_ms(retry + 1) >= base
 
 
 @pytest.mark.anyio
