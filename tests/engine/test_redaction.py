@@ -334,8 +334,8 @@ async def test_the_success_path_does_no_redaction_work(monkeypatch: pytest.Monke
     for name in ("text", "value", "secrets_in", "mask", "with_fields"):
         monkeypatch.setattr(RedactionPolicy, name, untouchable)
     engine = await new_engine(ToolManifest(id="t"))
-    events = recorded(engine)
     engine.register("t", Scripted(1))
+    events = recorded(engine)
     assert await engine.call("t", api_key=API_KEY) == 1
     assert [e.event_type for e in events] == ["AttemptStarted", "CallSucceeded"]
     assert events[1].value is None, "not recording: no value, nothing to redact"
