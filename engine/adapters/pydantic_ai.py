@@ -37,6 +37,10 @@ error — an ``isError`` result, a JSON-RPC error — as ``ModelRetry`` or ``Too
 (:mod:`engine.adapters.mcp_errors`): an "HTTP 503" is retried, an "Invalid airport code" goes back
 to the model as bad arguments.
 
+pydantic-ai validates the model's arguments before it calls a toolset: a call the tool's schema
+refuses is answered by pydantic-ai, and refused by the engine as well (:meth:`engine.Engine.refuse`),
+so it is counted as any refused call.
+
 Each run step, the toolset leaves out the tools whose breaker does not admit a call
 (:meth:`engine.Engine.available_tools`): a tool whose breaker is open is not offered to the
 model, and is offered again once the breaker half-opens.
@@ -47,6 +51,7 @@ must be a tool of the same wrapped toolset; it receives the same arguments.
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Callable
 from contextvars import ContextVar
@@ -57,6 +62,8 @@ from weakref import WeakKeyDictionary
 from pydantic_ai.exceptions import ApprovalRequired, CallDeferred, ModelRetry, ToolFailed
 from pydantic_ai.tools import AgentDepsT, RunContext
 from pydantic_ai.toolsets import AbstractToolset, ToolsetTool, WrapperToolset
+from pydantic_ai.toolsets.abstract import SchemaValidatorProt
+from pydantic_core import SchemaValidator, ValidationError
 
 from engine.classify import Classification, Rule
 from engine.engine import Engine
@@ -65,6 +72,8 @@ from engine.kinds import ErrorClass, ErrorKind
 from engine.llm import DEFAULT_MAX_ERROR_CHARS, MIN_ERROR_CHARS, failure_text
 
 __all__ = ["DEFAULT_RETRY_KINDS", "GuardedToolset", "MCPErrorResult"]
+
+log = logging.getLogger("tripwire.pydantic_ai")
 
 DEFAULT_RETRY_KINDS: Final = frozenset({ErrorKind.INVALID_PARAMETERS})
 """The failures that become ``ModelRetry``: the model's arguments were wrong and it can fix them."""
@@ -165,6 +174,52 @@ def _with_mcp_errors_raised(toolset: AbstractToolset[Any]) -> AbstractToolset[An
     return toolset.visit_and_replace(_mcp_errors_raised) if any(map(_is_mcp, leaves)) else toolset
 
 
+class _RefusalsCounted:
+    """A tool's argument validator whose refusals the engine counts: pydantic-ai validates the model's
+    arguments before it calls the toolset, so a call the tool's schema refuses would reach no figure.
+    The engine refuses it (:meth:`engine.Engine.refuse`); pydantic-ai still answers the model."""
+
+    __slots__ = ("engine", "inner", "name")
+
+    def __init__(self, engine: Engine, name: str, inner: SchemaValidator | SchemaValidatorProt) -> None:
+        self.engine = engine
+        self.name = name
+        self.inner = inner
+
+    def validate_json(
+        self, input: str | bytes | bytearray, *, allow_partial: Any = False, **kwargs: Any
+    ) -> Any:
+        try:
+            return self.inner.validate_json(input, allow_partial=allow_partial, **kwargs)
+        except ValidationError as refused:
+            self._refused(refused, allow_partial)
+            raise
+
+    def validate_python(self, input: Any, *, allow_partial: Any = False, **kwargs: Any) -> Any:
+        try:
+            return self.inner.validate_python(input, allow_partial=allow_partial, **kwargs)
+        except ValidationError as refused:
+            self._refused(refused, allow_partial)
+            raise
+
+    def _refused(self, refused: ValidationError, allow_partial: Any) -> None:
+        if allow_partial not in (False, "off"):  # arguments still streaming in: not the model's last word
+            return
+        problems = "; ".join(
+            f"{'.'.join(map(str, problem['loc'])) or 'arguments'}: {problem['msg']}"
+            for problem in refused.errors(include_url=False, include_input=False)
+        )  # the problems, never the values (they may hold secrets)
+        message = f"the tool's schema refuses the arguments: {problems}"
+        try:
+            self.engine.refuse(self.name, ErrorKind.INVALID_PARAMETERS, message, _SCHEMA_REFUSED)
+        except RuntimeError:  # validated off the event loop (no engine time): pydantic-ai's answer stands
+            log.warning("a call of %s refused by its schema off the event loop is not counted", self.name)
+
+
+_SCHEMA_REFUSED: Final = "pydantic-ai refused the model's arguments by the tool's schema: not run"
+"""Why a call the tool's schema refuses is refused (``CallFailed.reason``)."""
+
+
 def _answered(name: str, signal: Exception) -> ToolError:
     """A pydantic-ai signal as the engine records it: permanent, so never retried nor counted."""
     if isinstance(signal, ModelRetry):
@@ -221,7 +276,11 @@ class GuardedToolset(WrapperToolset[AgentDepsT]):
         for name in tools:
             self.guard(name)
         admitted = set(self.engine.available_tools())
-        return {name: tool for name, tool in tools.items() if name in admitted}
+        return {
+            name: replace(tool, args_validator=_RefusalsCounted(self.engine, name, tool.args_validator))
+            for name, tool in tools.items()
+            if name in admitted
+        }
 
     async def call_tool(
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[AgentDepsT], tool: ToolsetTool[AgentDepsT]

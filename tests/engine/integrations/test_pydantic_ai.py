@@ -41,6 +41,7 @@ from engine.adapters.pydantic_ai import GuardedToolset
 from engine.llm import LLMToolCall, ToolCallExecutor
 from tests.conftest import virtual_time_backend
 from tests.engine.conftest import Recorder, new_engine, recorded
+from tests.engine.integrations.test_refusals import Counted
 from tests.readme_examples import readme_example
 
 pytestmark = pytest.mark.anyio
@@ -360,6 +361,36 @@ async def test_a_deferred_call_passes_through_to_the_runs_deferred_requests() ->
     [ended] = events.of("CallFailed")
     assert ended.kind is ErrorKind.CANCELED  # not run here: neither executed nor counted
     assert engine.breaker("transfer").consecutive_failures == 0
+
+
+# --- a call pydantic-ai refuses by the tool's schema is counted as any refused call ----------------
+
+
+async def test_arguments_the_tools_schema_refuses_are_counted_as_a_refused_engine_call_is() -> None:
+    engine = await new_engine()
+    counted = Counted(engine)
+    tools: FunctionToolset[None] = FunctionToolset()
+    invoked: list[str] = []
+
+    @tools.tool_plain
+    async def weather(city: str) -> str:
+        invoked.append(city)
+        return f"sunny in {city}"
+
+    model = ScriptedModel([call("weather", "c1", town="Paris")], [call("weather", "c2", city="Paris")], "ok")
+    assert await run(model, GuardedToolset(tools, engine)) == "ok"
+
+    assert invoked == ["Paris"]  # the refused call never ran
+    assert model.returns[2][0].content == "sunny in Paris"
+    assert counted.failed("weather", "invalid_parameters") == (1, 1)
+    life = counted.life("weather")  # engine.stats(), and the console agrees
+    assert (life.calls, life.successes, life.failures, life.error_count) == (2, 1, 1, 0)
+    (refused,) = counted.refused()
+    assert refused.error == (
+        "the tool's schema refuses the arguments: city: Field required; town: Extra inputs are not permitted"
+    )
+    counted.not_run(refused.call_id, "invalid_parameters")
+    counted.close()
 
 
 # --- pydantic-ai's own MCP toolset: its MCP errors classified as any MCP error result --------------
