@@ -187,7 +187,9 @@ class Engine(CallGuard):
     def stats(self, now: float | None = None) -> dict[str, ToolStats]:
         """Per-tool metrics over the engine's life and the rolling window: one snapshot.
 
-        ``now`` is engine time; by default the running loop's clock.
+        Calls refused under a name no tool has are counted under ``(unknown)``
+        (:data:`engine.metrics.UNKNOWN_TOOL_ID`). ``now`` is engine time; by default the running
+        loop's clock.
         """
         return self.metrics.snapshot(current_time() if now is None else now)
 

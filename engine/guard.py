@@ -176,7 +176,8 @@ class CallGuard:
             call_id, turn_id, trace, deadline = ctx.call_id, ctx.turn_id, ctx.trace, ctx.deadline
         tool = self._tools.get(tool_id)
         if tool is None:
-            return self._unknown_tool(tool_id, args, call_id, turn_id, trace)
+            unknown = (ErrorKind.UNKNOWN_TOOL, f"unknown tool {tool_id!r}", "the tool does not exist")
+            return self.refuse(tool_id, *unknown, args=args, call_id=call_id, turn_id=turn_id, trace=trace)
         breaker = tool.breaker
         metrics = tool.metrics
         clock = self.clock
@@ -559,22 +560,21 @@ class CallGuard:
         rejected.decision, rejected.reason = decided.decision, decided.reason
         return rejected
 
-    def _unknown_tool(
-        self, tool_id: str, args: dict[str, Any], call_id: str, turn_id: str | None, trace: list[Event] | None
-    ) -> CallResult:
+    def refuse(
+        self, tool_id: str, kind: ErrorKind, message: str, reason: str, *, args: Any = None,
+        call_id: str | None = None, turn_id: str | None = None, trace: list[Event] | None = None,
+    ) -> CallResult:  # fmt: skip
+        """Refuse a call before any attempt (an unknown tool, arguments an LLM executor or adapter cannot
+        pass): a permanent ``kind`` failure, counted and announced as ``CallFailed`` with no attempt."""
         now = current_time()
-        error = ToolError(
-            ErrorKind.UNKNOWN_TOOL, f"unknown tool {tool_id!r}", tool_id=tool_id, tool_input=args,
-            at=self.wall_clock(),
-        )  # fmt: skip
+        error = ToolError(kind, message, tool_id=tool_id, tool_input=args, at=self.wall_clock())
         error.classification = classify(error)
-        self.publish(
-            CallFailed(
-                at=error.at or 0.0, t=now, tool_id=tool_id, call_id=call_id, turn_id=turn_id, attempts=0,
-                kind=ErrorKind.UNKNOWN_TOOL, classification=ErrorClass.PERMANENT,
-                error=self.redaction.text(error.message),
-                reason="the tool does not exist", latency_ms=0.0, decision=Decision.ESCALATE,
-            ),
-            trace,
+        failed = CallFailed(
+            at=error.at or 0.0, t=now, tool_id=tool_id, call_id=call_id or self.new_call_id(),
+            turn_id=turn_id, attempts=0, kind=kind, classification=error.classification.error_class,
+            error=self.redaction.text(message), reason=reason, latency_ms=0.0, decision=Decision.ESCALATE,
+            known_tool=tool_id in self._tools,
         )  # fmt: skip
-        return CallResult(tool_id, None, error, 0, None, Decision.ESCALATE, "the tool does not exist")
+        self.metrics.tool(failed.counted_tool).on_refused(now)
+        self.publish(failed, trace)
+        return CallResult(tool_id, None, error, 0, None, Decision.ESCALATE, reason)

@@ -48,14 +48,19 @@ _TOP = math.floor(math.log(LATENCY_CEILING_S) * _SCALE + _OFFSET)
 _UNDER = -1  # below the floor: reported as 0 ms
 _NEVER = -(1 << 62)  # the second number of a tally that never held a real second
 
+UNKNOWN_TOOL_ID = "(unknown)"
+"""What metrics count a call refused as an unknown tool under (not a valid tool id, so never a real
+one): the names a model makes up never become metric keys."""
+
 
 @dataclass(frozen=True, slots=True)
 class Counts:
     """Counters and latency percentiles over one span (the engine's life or the window).
 
     ``error_count`` counts failed attempts (each is transient or permanent; a timeout is
-    also in ``timeout_count``). ``failures`` counts calls that ended failed, ``rejections``
-    calls the breaker refused without an attempt, ``skipped`` calls never run.
+    also in ``timeout_count``). ``failures`` counts calls that ended failed — those refused
+    before any attempt too (an unknown tool, arguments that cannot be passed) —, ``rejections``
+    calls the breaker refused without an attempt, ``skipped`` calls a turn never ran.
     """
 
     calls: int = 0
@@ -272,6 +277,15 @@ class ToolMetrics:
             self._roll(now)
         self._cur.rejections += 1
 
+    def on_refused(self, now: float) -> None:
+        """A call refused before any attempt (an unknown tool, arguments that cannot be passed):
+        a call, and a failed one."""
+        if now >= self._edge:
+            self._roll(now)
+        cur = self._cur
+        cur.calls += 1
+        cur.failures += 1
+
     def on_retry(self, now: float) -> None:
         """A retry attempt (attempt ≥ 2) is starting."""
         if now >= self._edge:
@@ -413,6 +427,7 @@ __all__ = [
     "LATENCY_CEILING_S",
     "LATENCY_FLOOR_S",
     "LATENCY_PRECISION",
+    "UNKNOWN_TOOL_ID",
     "Counts",
     "MetricsRegistry",
     "ToolMetrics",

@@ -401,7 +401,7 @@ def decisions(events: Iterable[Event]) -> dict[str, Fact]:
             continue
         if isinstance(e, TurnFinished):
             facts["turn outcome"] = Fact(f"{e.outcome} {sorted(e.statuses.items())}")
-            continue
+            break  # what follows is not the turn's: the LLM executor's refusals and answers
         if isinstance(e, TurnDeadlineExceeded):
             facts["turn deadline"] = Fact(f"{sorted(e.unfinished)}", (at,))
             continue

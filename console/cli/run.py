@@ -64,7 +64,7 @@ def metrics_tables(console: Console, engine: Engine, stats: dict[str, ToolStats]
         counts = (life.calls, life.successes, life.failures, life.rejections, life.skipped, life.error_count,
                   life.timeout_count, life.retry_count)  # fmt: skip
         latencies = (_ms(life.p50_ms), _ms(life.p95_ms), _ms(life.p99_ms))
-        state = str(engine.breaker(tool).state)
+        state = str(engine.breaker(tool).state) if tool in engine.tool_ids else "—"  # "(unknown)": no breaker
         row = (*map(str, counts), rate, str(life.circuit_breaker_opens), state, *latencies)
         for column, value in zip(columns, row, strict=True):
             cells[column].append(value)

@@ -260,10 +260,14 @@ def _call_succeeded(m: ConsoleModel, e: CallSucceeded, c: Changes) -> None:
 
 
 def _call_failed(m: ConsoleModel, e: CallFailed, c: Changes) -> None:
-    view = m._tool(e.tool_id)
+    tool_id = e.counted_tool  # "(unknown)" for a name no tool has: as the engine counts it
+    view = m._tool(tool_id)
     view.call_ended(e, e.turn_id, e.call_id)
-    view.metrics.on_failure(e.t)
-    c.tools.add(e.tool_id)
+    if e.attempts:
+        view.metrics.on_failure(e.t)
+    else:  # refused before any attempt: no AttemptStarted counted the call
+        view.metrics.on_refused(e.t)
+    c.tools.add(tool_id)
     node = _node(m, e.turn_id, e.call_id)
     if node is not None:
         node.status, node.attempts = "failed", e.attempts

@@ -16,9 +16,11 @@ A call that still fails raises :class:`ToolCallFailed` into the SDK's own failur
 guarded tool's ``failure_error_function``), which gives the model the seed-003 text — the text
 :class:`engine.ToolCallExecutor` answers an LLM with (:func:`engine.llm.failure_text`): redacted by
 the engine's policy and the manifest's ``secret_fields``, capped, with guidance and any free
-alternative — and the run goes on. Arguments the model wrote as broken JSON never reach the engine: they get
-the same text, kind ``invalid_parameters``; so do arguments the tool's schema refuses (the
-SDK's ``ModelBehaviorError`` inside the call, which is not retried nor counted by the breaker).
+alternative — and the run goes on. Arguments the model wrote as broken JSON never reach the tool:
+the engine refuses the call before any attempt (:meth:`engine.Engine.refuse`: counted and announced
+as any refused call is) and the model gets the same text, kind ``invalid_parameters``; so do
+arguments the tool's schema refuses (the SDK's ``ModelBehaviorError`` inside the call, a permanent
+failed attempt: not retried nor counted by the breaker).
 
 Each turn the SDK asks every tool whether it is enabled (``is_enabled``): a guarded tool is
 enabled only while its breaker admits a call (:meth:`engine.CircuitBreaker.would_admit`, the
@@ -64,6 +66,9 @@ _IsEnabled = bool | Callable[[RunContextWrapper[Any], AgentBase[Any]], Awaitable
 
 _SPAN_MESSAGE: Final = "Error running tool (non-fatal)"
 """What the SDK's own handled-error reporter calls a failed call that the model was told about."""
+
+_NOT_JSON: Final = "the model's arguments are not a JSON object: not run"
+"""Why a call whose arguments do not parse is refused (``CallFailed.reason``)."""
 
 _CURRENT: ContextVar[tuple[ToolContext[Any], str, str]] = ContextVar("tripwire_openai_agents_call")
 """The invocation in progress: the SDK's tool context, the tool's name and its JSON arguments. The
@@ -127,8 +132,10 @@ class _Invoker:
     async def __call__(self, ctx: ToolContext[Any], input: str) -> Any:
         name = self.name
         arguments, _, problem = parse_arguments(input, "arguments")
-        if arguments is None:  # broken JSON: refused before the engine, as the LLM executor does
-            refused = ToolError(ErrorKind.INVALID_PARAMETERS, problem, tool_id=name)
+        if arguments is None:  # broken JSON: refused before any attempt, as the LLM executor refuses it
+            assert problem is not None
+            refused = self.engine.refuse(name, ErrorKind.INVALID_PARAMETERS, problem, _NOT_JSON).error
+            assert refused is not None
             raise ToolCallFailed(failure_text(self.engine, name, refused, max_chars=self.max_chars), refused)
         token = _CURRENT.set((ctx, name, input))
         try:

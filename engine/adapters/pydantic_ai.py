@@ -29,7 +29,17 @@ answers an LLM.
 pydantic-ai's own signals raised by a tool (``ModelRetry``, ``ToolFailed``, ``CallDeferred``,
 ``ApprovalRequired``) are the tool's answer, not its failure: never retried, never counted against
 the breaker (recorded as permanent: ``invalid_parameters`` for ``ModelRetry``, ``canceled`` —
-not run here — for a deferral), and passed on to pydantic-ai unchanged.
+not run here — for a deferral), and passed on to pydantic-ai unchanged. Except from pydantic-ai's
+own MCP toolset (``pydantic_ai.mcp.MCPToolset``, which needs ``fastmcp``): it reports every MCP
+error — an ``isError`` result, a JSON-RPC error — as ``ModelRetry`` or ``ToolFailed`` (its
+``tool_error_behavior``), so there they are the server's failure, raised as
+:class:`MCPErrorResult` and classified as any MCP error result is
+(:mod:`engine.adapters.mcp_errors`): an "HTTP 503" is retried, an "Invalid airport code" goes back
+to the model as bad arguments.
+
+pydantic-ai validates the model's arguments before it calls a toolset: a call the tool's schema
+refuses is answered by pydantic-ai, and refused by the engine as well (:meth:`engine.Engine.refuse`),
+so it is counted as any refused call.
 
 Each run step, the toolset leaves out the tools whose breaker does not admit a call
 (:meth:`engine.Engine.available_tools`): a tool whose breaker is open is not offered to the
@@ -41,14 +51,19 @@ must be a tool of the same wrapped toolset; it receives the same arguments.
 
 from __future__ import annotations
 
+import logging
+import sys
+from collections.abc import Callable
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 from weakref import WeakKeyDictionary
 
 from pydantic_ai.exceptions import ApprovalRequired, CallDeferred, ModelRetry, ToolFailed
 from pydantic_ai.tools import AgentDepsT, RunContext
 from pydantic_ai.toolsets import AbstractToolset, ToolsetTool, WrapperToolset
+from pydantic_ai.toolsets.abstract import SchemaValidatorProt
+from pydantic_core import SchemaValidator, ValidationError
 
 from engine.classify import Classification, Rule
 from engine.engine import Engine
@@ -56,7 +71,9 @@ from engine.errors import ToolError
 from engine.kinds import ErrorClass, ErrorKind
 from engine.llm import DEFAULT_MAX_ERROR_CHARS, MIN_ERROR_CHARS, failure_text
 
-__all__ = ["DEFAULT_RETRY_KINDS", "GuardedToolset"]
+__all__ = ["DEFAULT_RETRY_KINDS", "GuardedToolset", "MCPErrorResult"]
+
+log = logging.getLogger("tripwire.pydantic_ai")
 
 DEFAULT_RETRY_KINDS: Final = frozenset({ErrorKind.INVALID_PARAMETERS})
 """The failures that become ``ModelRetry``: the model's arguments were wrong and it can fix them."""
@@ -106,6 +123,103 @@ class _Relay:
             raise _answered(self.name, signal) from signal
 
 
+class MCPErrorResult(Exception):
+    """An MCP error that pydantic-ai's MCP toolset reported as ``ModelRetry`` or ``ToolFailed``, for
+    the engine to classify as any MCP error result (:class:`engine.adapters.mcp_errors.MCPToolError`):
+    a plain ``Exception`` whose text — the result's — the classifier's message patterns read, raised
+    from the signal, so a JSON-RPC error the signal was raised from decides by its code."""
+
+    def __init__(self, tool: str, text: str) -> None:
+        super().__init__(text or f"MCP tool {tool!r} reported an error")
+        self.tool = tool
+
+
+@dataclass
+class _MCPErrorsRaised(WrapperToolset[AgentDepsT]):
+    """pydantic-ai's MCP toolset, its error answers raised as :class:`MCPErrorResult`."""
+
+    async def call_tool(
+        self, name: str, tool_args: dict[str, Any], ctx: RunContext[AgentDepsT], tool: ToolsetTool[AgentDepsT]
+    ) -> Any:
+        try:
+            return await self.wrapped.call_tool(name, tool_args, ctx, tool)
+        except (ModelRetry, ToolFailed) as signal:
+            raise MCPErrorResult(name, signal.message) from signal
+
+    def visit_and_replace(
+        self, visitor: Callable[[AbstractToolset[AgentDepsT]], AbstractToolset[AgentDepsT]]
+    ) -> AbstractToolset[AgentDepsT]:
+        replaced = self.wrapped.visit_and_replace(visitor)
+        if isinstance(replaced, _MCPErrorsRaised):  # wrapped again (a GuardedToolset re-made): once is enough
+            return replaced
+        return replace(self, wrapped=replaced)
+
+
+def _is_mcp(toolset: AbstractToolset[Any]) -> bool:
+    """Is this pydantic-ai's MCP toolset? Never imported here (it needs fastmcp): one exists only
+    once its module is loaded."""
+    mcp_toolset = getattr(sys.modules.get("pydantic_ai.mcp"), "MCPToolset", None)
+    return mcp_toolset is not None and isinstance(toolset, mcp_toolset)
+
+
+def _mcp_errors_raised(toolset: AbstractToolset[Any]) -> AbstractToolset[Any]:
+    """A leaf toolset, pydantic-ai's MCP toolset wrapped in :class:`_MCPErrorsRaised`."""
+    return _MCPErrorsRaised(toolset) if _is_mcp(toolset) else toolset
+
+
+def _with_mcp_errors_raised(toolset: AbstractToolset[Any]) -> AbstractToolset[Any]:
+    """``toolset`` with every MCP toolset within (prefixed, combined…) wrapped; itself if it has none."""
+    leaves: list[AbstractToolset[Any]] = []
+    toolset.apply(leaves.append)
+    return toolset.visit_and_replace(_mcp_errors_raised) if any(map(_is_mcp, leaves)) else toolset
+
+
+class _RefusalsCounted:
+    """A tool's argument validator whose refusals the engine counts: pydantic-ai validates the model's
+    arguments before it calls the toolset, so a call the tool's schema refuses would reach no figure.
+    The engine refuses it (:meth:`engine.Engine.refuse`); pydantic-ai still answers the model."""
+
+    __slots__ = ("engine", "inner", "name")
+
+    def __init__(self, engine: Engine, name: str, inner: SchemaValidator | SchemaValidatorProt) -> None:
+        self.engine = engine
+        self.name = name
+        self.inner = inner
+
+    def validate_json(
+        self, input: str | bytes | bytearray, *, allow_partial: Any = False, **kwargs: Any
+    ) -> Any:
+        try:
+            return self.inner.validate_json(input, allow_partial=allow_partial, **kwargs)
+        except ValidationError as refused:
+            self._refused(refused, allow_partial)
+            raise
+
+    def validate_python(self, input: Any, *, allow_partial: Any = False, **kwargs: Any) -> Any:
+        try:
+            return self.inner.validate_python(input, allow_partial=allow_partial, **kwargs)
+        except ValidationError as refused:
+            self._refused(refused, allow_partial)
+            raise
+
+    def _refused(self, refused: ValidationError, allow_partial: Any) -> None:
+        if allow_partial not in (False, "off"):  # arguments still streaming in: not the model's last word
+            return
+        problems = "; ".join(
+            f"{'.'.join(map(str, problem['loc'])) or 'arguments'}: {problem['msg']}"
+            for problem in refused.errors(include_url=False, include_input=False)
+        )  # the problems, never the values (they may hold secrets)
+        message = f"the tool's schema refuses the arguments: {problems}"
+        try:
+            self.engine.refuse(self.name, ErrorKind.INVALID_PARAMETERS, message, _SCHEMA_REFUSED)
+        except RuntimeError:  # validated off the event loop (no engine time): pydantic-ai's answer stands
+            log.warning("a call of %s refused by its schema off the event loop is not counted", self.name)
+
+
+_SCHEMA_REFUSED: Final = "pydantic-ai refused the model's arguments by the tool's schema: not run"
+"""Why a call the tool's schema refuses is refused (``CallFailed.reason``)."""
+
+
 def _answered(name: str, signal: Exception) -> ToolError:
     """A pydantic-ai signal as the engine records it: permanent, so never retried nor counted."""
     if isinstance(signal, ModelRetry):
@@ -152,6 +266,9 @@ class GuardedToolset(WrapperToolset[AgentDepsT]):
                 f"max_error_chars must be at least {MIN_ERROR_CHARS}, got {self.max_error_chars}"
             )
         self._relays = _RELAYS.setdefault(self.engine, {})
+        # pydantic-ai's MCP toolsets within raise MCP errors for the engine to classify, rather than
+        # answer them to the model unretried.
+        self.wrapped = _with_mcp_errors_raised(self.wrapped)
 
     async def get_tools(self, ctx: RunContext[AgentDepsT]) -> dict[str, ToolsetTool[AgentDepsT]]:
         """The wrapped toolset's tools whose breaker admits a call now (each registered in the engine)."""
@@ -159,7 +276,11 @@ class GuardedToolset(WrapperToolset[AgentDepsT]):
         for name in tools:
             self.guard(name)
         admitted = set(self.engine.available_tools())
-        return {name: tool for name, tool in tools.items() if name in admitted}
+        return {
+            name: replace(tool, args_validator=_RefusalsCounted(self.engine, name, tool.args_validator))
+            for name, tool in tools.items()
+            if name in admitted
+        }
 
     async def call_tool(
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[AgentDepsT], tool: ToolsetTool[AgentDepsT]

@@ -9,6 +9,7 @@ from typing import Any
 from engine.breaker import BreakerState
 from engine.events.base import Event
 from engine.kinds import ErrorClass, ErrorKind
+from engine.metrics import UNKNOWN_TOOL_ID
 
 
 @dataclass(slots=True, kw_only=True)
@@ -111,7 +112,10 @@ class CallSucceeded(ToolEvent):
 
 @dataclass(slots=True, kw_only=True)
 class CallFailed(ToolEvent):
-    """The call ended in a ToolError: permanent, out of retries, short-circuited or unknown."""
+    """The call ended in a ToolError: permanent, out of retries, short-circuited, or refused unrun.
+
+    Refused: ``attempts`` 0 — an unknown tool, or arguments the LLM executor or an adapter could not
+    pass to the tool (:meth:`engine.Engine.refuse`)."""
 
     attempts: int
     kind: ErrorKind
@@ -120,8 +124,20 @@ class CallFailed(ToolEvent):
     reason: str
     latency_ms: float
     decision: str = "escalate"
+    known_tool: bool = True
+    """False: refused under a name that is no tool of the engine (a model's invention)."""
+
+    @property
+    def counted_tool(self) -> str:
+        """The tool metrics count this call under: its own, or ``(unknown)`` for a call refused as
+        an unknown tool or under a name no tool has — a model's inventions never become keys."""
+        if self.attempts == 0 and (not self.known_tool or self.kind is ErrorKind.UNKNOWN_TOOL):
+            return UNKNOWN_TOOL_ID
+        return self.tool_id
 
     def describe(self) -> str:
+        if not self.attempts:
+            return f"{self.tool_id} refused, not run: {self.error} ({self.reason})"
         attempts = f"{self.attempts} attempt(s)"
         return f"{self.tool_id} failed after {attempts}: {self.error} → {self.decision} ({self.reason})"
 

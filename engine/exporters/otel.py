@@ -9,14 +9,15 @@ spans following the GenAI semantic conventions:
   ``gen_ai.operation.name``, ``gen_ai.tool.name``, ``gen_ai.tool.call.id``, ``gen_ai.tool.type``;
   on failure ERROR status and ``error.type`` (the error kind) — also when the failure is returned
   to the model (``try_call``, :class:`~engine.llm.ToolCallExecutor`) instead of raised, and for a
-  model's tool call the executor refused to run;
+  call refused before any attempt (an unknown tool, a model's call the executor or an adapter
+  could not run: ``tripwire.call.status=not_run``);
 * retries, failed and timed-out attempts, breaker transitions (named by the call that caused
   them), handler decisions and dependency cascades as span events, with their reasons;
 * a span per turn (``tripwire.turn``) parenting its calls, itself a child of the caller's current
   span when ``run_turn`` was called; a call outside a turn is a child of the caller's current span;
 * arguments (``gen_ai.tool.call.arguments``, a turn's calls) and results
-  (``gen_ai.tool.call.result``, recorded by ``Engine(record=True)``; the model's text for a refused
-  call) only with ``capture_content=True`` — as the engine redacted them in its events;
+  (``gen_ai.tool.call.result``, recorded by ``Engine(record=True)``) only with
+  ``capture_content=True`` — as the engine redacted them in its events;
 * the histogram ``gen_ai.execute_tool.duration`` (seconds, retries included) per finished call,
   through a ``MeterProvider`` or, at a twentieth of the cost, aggregated here and sent through a
   ``MetricExporter`` (see :mod:`engine.exporters.otel_metrics`).

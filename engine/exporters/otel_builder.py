@@ -44,7 +44,6 @@ from engine.events import (
     DefaultUsed,
     Event,
     HandlerFailed,
-    ToolResultSent,
     ToolTimedOut,
     TurnCanceled,
     TurnDeadlineExceeded,
@@ -117,14 +116,13 @@ class SpanBuilder:
         self._calls: dict[tuple[str | None, str], _Call | tuple[AttemptStarted, Context | None]] = {}
         self._turns: dict[str, _Turn] = {}
         self._recent_turns: OrderedDict[str, SpanContext] = OrderedDict()
-        """Turns ended lately: the executor's answers to refused calls come after ``TurnFinished``."""
+        """Turns ended lately: the LLM executor's refusals of calls it did not run follow ``TurnFinished``."""
         self.handlers: dict[type[Event], Handler] = {
             AttemptStarted: self._attempt_started, CallSucceeded: self._succeeded,
             AttemptFailed: self._attempt_failed, ToolTimedOut: self._timed_out, CallFailed: self._failed,
             CallRejected: self._rejected, HandlerFailed: self._handler_failed,
             AlternativeUsed: self._alternative_used, CallSkipped: self._blocked,
-            CallEscalated: self._blocked, DefaultUsed: self._default_used,
-            ToolResultSent: self._result_sent, TurnStarted: self._turn_started,
+            CallEscalated: self._blocked, DefaultUsed: self._default_used, TurnStarted: self._turn_started,
             TurnFinished: self._turn_finished, TurnDeadlineExceeded: self._turn_note,
             TurnCanceled: self._turn_note, TurnInterrupted: self._turn_note,
         }  # fmt: skip
@@ -289,7 +287,10 @@ class SpanBuilder:
         call = self._open(e.tool_id, e.call_id, e.turn_id, e.at, context)
         attributes = {"tripwire.decision": str(e.decision), "tripwire.decision.reason": e.reason}
         call.events.append(("tripwire.decision", _ns(e.at), attributes))
-        extra = {"tripwire.attempts": e.attempts, "tripwire.error.class": str(e.classification)}
+        extra: dict[str, Any] = {"tripwire.attempts": e.attempts}
+        extra["tripwire.error.class"] = str(e.classification)
+        if not e.attempts:  # refused before any attempt: an unknown tool, arguments that cannot be passed
+            extra["tripwire.call.status"] = "not_run"
         self._end(call, e.at, str(e.kind), e.error, extra, e.latency_ms)
         if e.attempts:  # the tool ran: its execution had a duration
             self._durations.record(e.latency_ms / 1000.0, (e.tool_id, str(e.kind)))
@@ -341,16 +342,6 @@ class SpanBuilder:
         call = self._open(e.tool_id, e.call_id, e.turn_id, e.at, context)
         attributes: Attributes = {"tripwire.blocked_by": list(e.blocked_by), "tripwire.reason": e.reason}
         call.events.append(("tripwire.dependency.default_used", _ns(e.at), attributes))
-
-    def _result_sent(self, e: ToolResultSent, context: Context | None) -> None:
-        """The executor's answer to a call; one it refused to run never reached the engine."""
-        if e.status != "not_run":
-            return  # an executed call's span ended with its CallSucceeded/CallFailed
-        call = self._open(e.tool_id, e.call_id, e.turn_id, e.at, context)
-        extra: dict[str, Any] = {"tripwire.call.status": "not_run", "tripwire.attempts": 0}
-        if self.capture_content:
-            extra[GEN_AI_TOOL_CALL_RESULT] = e.content
-        self._end(call, e.at, str(e.kind) if e.kind is not None else e.error_type or "refused", None, extra)
 
     # --- spans of turns ------------------------------------------------------------------------
 

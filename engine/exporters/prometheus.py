@@ -14,8 +14,10 @@ tripwire's metrics too; :func:`start_metrics_server` serves a registry on its ow
   its turn's deadline or stop has no outcome of its own: its turn's outcome says it;
 * ``tripwire_attempts_total{tool}``, ``tripwire_retries_total{tool}`` (attempts after the first);
 * ``tripwire_errors_total{tool,kind,class}``: failed attempts by error kind and class, and calls
-  refused as an unknown tool (labelled ``tool="(unknown)"``: a model's invented names never
-  become label values);
+  refused before any attempt — an unknown tool, arguments the LLM executor or an adapter could not
+  pass (``CallFailed`` with no attempt: also counted ``failed`` in ``tripwire_calls_total``); one
+  refused as an unknown tool or under a name no tool has is labelled ``tool="(unknown)"``: a
+  model's invented names never become label values;
 * ``tripwire_rejections_total{tool}`` (``CallRejected``), ``tripwire_timeouts_total{tool}``
   (attempts cut off by their timeout or idle window, ``ToolTimeout``);
 * ``tripwire_breaker_state{tool,state}``: one gauge per state, 1 for the state each registered
@@ -65,7 +67,7 @@ from engine.events import (
     ToolTimedOut,
     TurnFinished,
 )
-from engine.kinds import ErrorKind
+from engine.metrics import UNKNOWN_TOOL_ID
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -75,7 +77,7 @@ if TYPE_CHECKING:
 DURATION_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 """Upper bounds (seconds) of ``tripwire_attempt_duration_seconds``'s buckets; ``+Inf`` is added."""
 
-UNKNOWN_TOOL_LABEL: Final = "(unknown)"
+UNKNOWN_TOOL_LABEL: Final = UNKNOWN_TOOL_ID
 """The ``tool`` label of a call refused as an unknown tool: not a valid tool id, so never a real one."""
 
 _STATES: Final = tuple(BreakerState)
@@ -180,7 +182,7 @@ class _Counts:
         self._observe(tool, event.latency_ms / 1000.0)
 
     def _failed(self, event: CallFailed) -> None:
-        tool = UNKNOWN_TOOL_LABEL if event.kind is ErrorKind.UNKNOWN_TOOL else event.tool_id
+        tool = event.counted_tool
         if event.attempts == 0:  # refused before any attempt: no AttemptFailed counted its error
             errors = self.errors
             error = (tool, event.kind.value, event.classification.value)
@@ -242,7 +244,7 @@ def _families(counts: _Counts, engine: Engine | None) -> list[Metric]:
     for (tool, outcome), n in list(counts.calls.items()):
         calls.add_metric([tool, outcome], n)
     errors = CounterMetricFamily(
-        "tripwire_errors_total", "Failed attempts (and unknown-tool calls) by error kind and class",
+        "tripwire_errors_total", "Failed attempts (and calls refused before any) by error kind and class",
         labels=["tool", "kind", "class"],
     )  # fmt: skip
     for (tool, kind, error_class), n in list(counts.errors.items()):

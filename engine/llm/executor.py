@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from engine.errors import ToolError, TurnNotPersisted, jsonable
-from engine.events import ToolResultSent
+from engine.events import Event, ToolResultSent
 from engine.faults import FaultInjector
 from engine.kinds import ErrorKind
 from engine.llm.failure_text import alternative_for
@@ -48,6 +48,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("tripwire.llm")
 
 _BINDINGS_LIMIT = 4096
+
+_REFUSED: dict[ErrorKind, str] = {
+    ErrorKind.UNKNOWN_TOOL: "no tool of that name is offered: not run",
+    ErrorKind.INVALID_PARAMETERS: "the call cannot be passed to the tool as written: not run",
+}
+"""Why the executor refused a call, by the kind it answered the model with."""
 
 
 class ToolCallExecutor:
@@ -160,23 +166,32 @@ class ToolCallExecutor:
                         ToolError(ErrorKind.INTERNAL_ERROR, message, tool_id=call.name, original_error=crash),
                     )
                 )  # fmt: skip
-        self._announce(items, calls, turn_id, result)
+        self._announce(items, calls, turn_id, result, refused)
         batch = ToolBatch(items, result)
         self.calls_total += len(items)
         self.executed_total += batch.executed
         return batch
 
     def _announce(
-        self, items: list[ToolResultItem], calls: list[LLMToolCall], turn_id: str, result: TurnResult | None
+        self,
+        items: list[ToolResultItem],
+        calls: list[LLMToolCall],
+        turn_id: str,
+        result: TurnResult | None,
+        refused: dict[int, tuple[ErrorKind, str]],
     ) -> None:
         """What the model receives, as events: an error's exact text (already redacted and capped); a
-        result's text made from the result redacted — the model itself gets the tool's own result."""
+        result's text made from the result redacted — the model itself gets the tool's own result.
+        A call refused before the engine ran it is first refused by the engine (:meth:`Engine.refuse`),
+        as an engine call is: counted and announced as ``CallFailed`` with no attempt."""
         engine = self.engine
         trace = result.trace.events if result is not None else None
         at, t = engine.wall_clock(), anyio.current_time()
         redacting = self.redaction.enabled
         policies: dict[str, RedactionPolicy] = {}
-        for item, call in zip(items, calls, strict=True):
+        for index, (item, call) in enumerate(zip(items, calls, strict=True)):
+            if refused and index in refused:
+                self._refuse(item, call, turn_id, result, trace)
             error_type = item.error.error_type if item.error is not None else None
             content = item.content
             outcome = result.outcomes.get(call.id) if result is not None and not item.is_error else None
@@ -203,6 +218,25 @@ class ToolCallExecutor:
                 ),
                 trace,
             )  # fmt: skip
+
+    def _refuse(
+        self,
+        item: ToolResultItem,
+        call: LLMToolCall,
+        turn_id: str,
+        result: TurnResult | None,
+        trace: list[Event] | None,
+    ) -> None:
+        """The engine's refusal of a call the executor did not run, in the words the model got. A call
+        repeating the id of one the turn ran is refused outside the turn: it is not that call."""
+        assert item.kind is not None
+        assert item.error is not None
+        reason = _REFUSED[item.kind]
+        in_turn = result is None or call.id not in result.outcomes
+        self.engine.refuse(
+            call.name, item.kind, item.error.message, reason, args=item.error.tool_input, call_id=call.id,
+            turn_id=turn_id if in_turn else None, trace=trace,
+        )  # fmt: skip
 
     def _policy(self, tool: str) -> RedactionPolicy:
         """The executor's policy, extended by the tool manifest's ``secret_fields``."""

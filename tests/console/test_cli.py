@@ -61,6 +61,24 @@ def test_the_human_report_has_summaries_and_metrics(capsys: pytest.CaptureFixtur
     assert "injected faults:" in out
 
 
+def test_a_tool_a_model_made_up_is_one_unknown_row_of_the_metrics(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "scenario.yaml"
+    path.write_text(
+        "scenario:\n  turns:\n    - id: ask\n      model: true\n      calls:\n"
+        "        - {id: call_1, tool: hotel_search, args: {city: Rome}}\n"
+        "        - {id: call_2, tool: made_up_by_model}\n"
+    )
+    report = run_json(capsys, "run", str(path), "--manifests", str(ROOT / "manifests"))
+    unknown = report["metrics"]["(unknown)"]["life"]
+    assert (unknown["calls"], unknown["failures"]) == (1, 1)
+    assert "made_up_by_model" not in report["metrics"]
+    assert main(["run", str(path), "--manifests", str(ROOT / "manifests"), "--no-record"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("(unknown)")]
+    assert rows[0].split()[1:4] == ["1", "0", "1"]  # calls, ok, failed (the first of the tables that fit)
+
+
 @pytest.mark.parametrize(
     ("content", "expected"),
     [

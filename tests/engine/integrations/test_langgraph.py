@@ -24,10 +24,12 @@ from langgraph.prebuilt import InjectedState, create_react_agent, tools_conditio
 
 from engine import BreakerConfig, ErrorKind, RetryPolicy, ToolManifest
 from engine.adapters.langgraph import TripwireToolNode
+from engine.exporters.prometheus import UNKNOWN_TOOL_LABEL
 from engine.llm import TURN_DEADLINE_ERROR_TYPE, format_tool_error_for_llm
 from engine.llm.model_text import GUIDANCE_CIRCUIT_OPEN, GUIDANCE_DEADLINE, GUIDANCE_FIX_ARGUMENTS
 from tests.conftest import virtual_time_backend
 from tests.engine.conftest import make_engine, new_engine
+from tests.engine.integrations.test_refusals import Counted
 from tests.readme_examples import readme_example
 
 pytestmark = pytest.mark.anyio
@@ -224,6 +226,36 @@ async def test_an_open_breaker_shows_in_the_rejection_text_on_the_next_step() ->
     assert rejected.endswith(GUIDANCE_CIRCUIT_OPEN)
     assert tools.invoked == {"flaky": 2, "lookup": 1}  # the third call never reached the tool
     assert "flaky" not in engine.available_tools()
+
+
+async def test_every_call_the_node_refuses_is_counted_as_a_refused_engine_call_is() -> None:
+    engine = await new_engine(*manifests())
+    engine.register("read_secrets", lambda: "the keys")  # guarded, but not a tool of the node
+    counted = Counted(engine)
+    node = TripwireToolNode(Tools().all(), engine=engine)
+    calls = AIMessage(
+        "",
+        tool_calls=[call("c1", "lookup", city="Paris"), call("c2", "teleport"), call("c3", "read_secrets")],
+        invalid_tool_calls=[
+            {"type": "invalid_tool_call", "id": "c4", "name": "lookup", "args": '{"city": ', "error": None}
+        ],
+    )
+    app, _ = agent_graph(node, calls, AIMessage("done"))
+    state = await app.ainvoke({"messages": [HumanMessage("Weather?")]})
+
+    answers = tool_messages(state["messages"])
+    assert [(m.tool_call_id, m.status) for m in answers] == [
+        ("c1", "success"), ("c2", "error"), ("c3", "error"), ("c4", "error"),
+    ]  # fmt: skip
+    assert counted.failed(UNKNOWN_TOOL_LABEL, "unknown_tool") == (2, 2)  # never a name the model made up
+    assert counted.failed("lookup", "invalid_parameters") == (1, 1)
+    lookup = counted.life("lookup")  # engine.stats(), and the console agrees
+    assert (lookup.calls, lookup.successes, lookup.failures) == (2, 1, 1)
+    assert counted.life(UNKNOWN_TOOL_LABEL).failures == 2
+    counted.not_run("c2", "unknown_tool")
+    counted.not_run("c3", "unknown_tool")
+    counted.not_run("c4", "invalid_parameters")
+    counted.close()
 
 
 async def test_the_node_runs_only_its_own_tools_even_when_the_engine_guards_more() -> None:

@@ -51,6 +51,7 @@ from engine.adapters.openai_agents import ToolCallFailed, guard_tool, guard_tool
 from engine.llm import LLMToolCall, ToolCallExecutor
 from tests.conftest import virtual_time_backend
 from tests.engine.conftest import Recorder, make_engine, new_engine, recorded
+from tests.engine.integrations.test_refusals import Counted
 from tests.readme_examples import readme_example
 
 pytestmark = pytest.mark.anyio
@@ -278,8 +279,30 @@ async def test_arguments_the_model_got_wrong_are_not_retried_nor_counted() -> No
     assert model.offered[1] == ["weather"]  # the model's mistakes do not open the breaker
     assert model.outputs(2) == {"c3": "sunny in Oslo"}
     assert runs == ["Oslo"]
-    assert guarded_calls(events) == [("weather", "CallFailed"), ("weather", "CallSucceeded")]
+    # c1 refused before any attempt (as the LLM executor refuses it), c2 failed its one attempt
+    assert guarded_calls(events) == [("weather", "CallFailed")] * 2 + [("weather", "CallSucceeded")]
+    assert [e.attempts for e in events.of("CallFailed")] == [0, 1]
     assert len(events.of("AttemptStarted")) == 2
+
+
+async def test_a_call_whose_arguments_do_not_parse_is_counted_as_a_refused_engine_call_is() -> None:
+    engine = await new_engine()
+    counted = Counted(engine)
+
+    async def weather(city: str) -> str:
+        """Today's weather in a city."""
+        return f"sunny in {city}"
+
+    model = ScriptedModel([call("weather", "call_1", '{"city": ')], "done")
+    assert await run(model, guard_tools([weather], engine)) == "done"
+
+    assert model.outputs(1)["call_1"].startswith("Tool Execution Failed\nTool: weather\nError Type: invalid")
+    assert counted.failed("weather", "invalid_parameters") == (1, 1)
+    life = counted.life("weather")  # engine.stats(), and the console agrees
+    assert (life.calls, life.failures, life.error_count) == (1, 1, 0)
+    (refused,) = counted.refused()
+    counted.not_run(refused.call_id, "invalid_parameters")
+    counted.close()
 
 
 # --- breakers: a tool whose breaker is open is not offered ---------------------------------------

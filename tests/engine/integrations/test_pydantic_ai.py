@@ -13,14 +13,16 @@ running event loop``). Both engine modes still run, on asyncio's virtual clock (
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import pytest
 from pydantic_ai import Agent
 from pydantic_ai.exceptions import CallDeferred, ModelRetry, ToolFailed
+from pydantic_ai.mcp import MCPToolset
 from pydantic_ai.messages import (
     ModelMessage,
     ModelResponse,
@@ -34,11 +36,12 @@ from pydantic_ai.tools import DeferredToolRequests, RunContext
 from pydantic_ai.toolsets import FunctionToolset
 from pydantic_ai.usage import RunUsage
 
-from engine import BreakerConfig, BreakerState, ErrorKind, RetryPolicy, ToolError, ToolManifest
+from engine import BreakerConfig, BreakerState, ErrorClass, ErrorKind, RetryPolicy, ToolError, ToolManifest
 from engine.adapters.pydantic_ai import GuardedToolset
 from engine.llm import LLMToolCall, ToolCallExecutor
 from tests.conftest import virtual_time_backend
 from tests.engine.conftest import Recorder, new_engine, recorded
+from tests.engine.integrations.test_refusals import Counted
 from tests.readme_examples import readme_example
 
 pytestmark = pytest.mark.anyio
@@ -358,6 +361,88 @@ async def test_a_deferred_call_passes_through_to_the_runs_deferred_requests() ->
     [ended] = events.of("CallFailed")
     assert ended.kind is ErrorKind.CANCELED  # not run here: neither executed nor counted
     assert engine.breaker("transfer").consecutive_failures == 0
+
+
+# --- a call pydantic-ai refuses by the tool's schema is counted as any refused call ----------------
+
+
+async def test_arguments_the_tools_schema_refuses_are_counted_as_a_refused_engine_call_is() -> None:
+    engine = await new_engine()
+    counted = Counted(engine)
+    tools: FunctionToolset[None] = FunctionToolset()
+    invoked: list[str] = []
+
+    @tools.tool_plain
+    async def weather(city: str) -> str:
+        invoked.append(city)
+        return f"sunny in {city}"
+
+    model = ScriptedModel([call("weather", "c1", town="Paris")], [call("weather", "c2", city="Paris")], "ok")
+    assert await run(model, GuardedToolset(tools, engine)) == "ok"
+
+    assert invoked == ["Paris"]  # the refused call never ran
+    assert model.returns[2][0].content == "sunny in Paris"
+    assert counted.failed("weather", "invalid_parameters") == (1, 1)
+    life = counted.life("weather")  # engine.stats(), and the console agrees
+    assert (life.calls, life.successes, life.failures, life.error_count) == (2, 1, 1, 0)
+    (refused,) = counted.refused()
+    assert refused.error == (
+        "the tool's schema refuses the arguments: city: Field required; town: Extra inputs are not permitted"
+    )
+    counted.not_run(refused.call_id, "invalid_parameters")
+    counted.close()
+
+
+# --- pydantic-ai's own MCP toolset: its MCP errors classified as any MCP error result --------------
+
+MCP_SERVER = Path(__file__).with_name("mcp_server.py")
+"""A real MCP server (built with the SDK), run as a subprocess by pydantic-ai's own MCPToolset."""
+FAST = RetryPolicy(initial_delay_ms=1, max_delay_ms=2, max_attempts=3, max_total_time_ms=10_000)
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # a real clock: the server is a real process
+@pytest.mark.parametrize("behavior", ["retry", "failed"])
+async def test_mcp_errors_of_pydantic_ais_mcp_toolset_are_retried_or_sent_back_as_any_mcp_error(
+    behavior: Literal["retry", "failed"],
+) -> None:
+    engine = await new_engine(
+        ToolManifest(id="flaky", retry_policy=FAST), ToolManifest(id="rpc_error", retry_policy=FAST)
+    )
+    events = recorded(engine)
+    key = uuid.uuid4().hex[:12]
+    # pydantic-ai answers each MCP error to the model as ModelRetry ("retry") or ToolFailed ("failed")
+    server = MCPToolset(MCP_SERVER, tool_error_behavior=behavior, max_retries=2, init_timeout=30)
+    model = ScriptedModel(
+        [call("flaky", "c1", key=key, failures=2)],  # "HTTP 503: Service Unavailable" twice, then ok
+        [call("airport", "c2", code="XYZ")],  # "Invalid airport code: XYZ": the model's mistake
+        [call("airport", "c3", code="CDG")],
+        [call("rpc_error", "c4", code=-32603)],  # a JSON-RPC internal error: by its code, transient
+        "done",
+    )
+    with anyio.fail_after(60):  # the server's start-up and the calls, bounded
+        assert await run(model, GuardedToolset(server, engine)) == "done"
+
+    flaky, airport, corrected, internal = (step[0] for step in model.returns[1:])
+    assert (flaky.outcome, flaky.content) == ("success", "ok after 3")  # a transient error retried
+    assert airport.outcome == "retried"  # bad arguments: back to the model, never retried
+    assert airport.content == (
+        "Tool Execution Failed\nTool: airport\nError Type: MCPErrorResult\n"
+        "Message: Invalid airport code: XYZ\n\nFix the arguments and call the tool again."
+    )
+    assert (corrected.outcome, corrected.content) == ("success", "CDG: open")
+    assert internal.outcome == "failed"  # retried, then a final failure the model adapts to
+    assert str(internal.content).startswith("Tool Execution Failed\nTool: rpc_error\nError Type: MCPError")
+    assert guarded_calls(events) == [
+        ("flaky", "CallSucceeded"), ("airport", "CallFailed"), ("airport", "CallSucceeded"),
+        ("rpc_error", "CallFailed"),
+    ]  # fmt: skip
+    failures = [(e.tool_id, e.kind, e.classification) for e in events.of("ToolError")]
+    assert failures == [
+        *[("flaky", ErrorKind.SERVICE_UNAVAILABLE, ErrorClass.TRANSIENT)] * 2,
+        ("airport", ErrorKind.INVALID_PARAMETERS, ErrorClass.PERMANENT),
+        *[("rpc_error", ErrorKind.EXECUTION_ERROR, ErrorClass.TRANSIENT)] * 3,
+    ]
+    assert events.of("CallSucceeded")[0].attempts == 3
 
 
 # --- every call is guarded; registration --------------------------------------------------
