@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
+from rich.cells import cell_len, set_cell_size
 from rich.text import Text
 
 from engine.breaker import BreakerState
@@ -122,6 +123,18 @@ def count(n: int) -> str:
     return f"{n:,}"
 
 
+def short_count(n: int) -> str:
+    """A count in at most 4 cells, for the board's narrow count columns: ``9999``, then ``12k``,
+    ``999k``, ``1.2M``, ``12M``. Rounded down, and the unit says so: never a number cut short."""
+    if n < 10_000:
+        return str(n)
+    unit, size = ("k", 1_000) if n < 1_000_000 else ("M", 1_000_000) if n < 1_000_000_000 else ("G", 10**9)
+    if n < 10 * size:  # 1.2M: one decimal while it fits
+        tenths = n // (size // 10)
+        return f"{tenths // 10}.{tenths % 10}{unit}"
+    return f"{n // size}{unit}"
+
+
 def sparkline(values: Sequence[int], width: int) -> str:
     """``values`` in ``width`` bars scaled to their maximum (blank when all are zero).
 
@@ -150,6 +163,16 @@ def gauge(fraction: float, width: int) -> str:
 
 def short_digest(digest: str | None) -> str:
     return (digest or "")[:8] or "—"
+
+
+def fit(text: str, width: int) -> str:
+    """``text`` in ``width`` cells: whole if it fits, else cut and ending in ``…``. The one rule
+    for free text that does not fit: never cut without saying so (its full text is a key away)."""
+    if cell_len(text) <= width:
+        return text
+    if width <= 0:
+        return ""
+    return set_cell_size(text, width - 1) + "…"
 
 
 def middle_truncate(text: str, width: int) -> str:

@@ -68,6 +68,8 @@ class StatusBar(Static):
         padding: 0 1;
         background: $panel;
         color: $foreground;
+        text-wrap: nowrap;
+        text-overflow: ellipsis;  /* what does not fit ends in …, never cut without a mark */
     }
     """
 
@@ -207,7 +209,13 @@ class ConsoleFooter(Footer):
 
 class ConsoleScreen(Screen[None]):
     """A view of the model. ``show`` is called on every flush while the screen is active,
-    and once with ``full=True`` when it becomes active again (it did no work while hidden)."""
+    and once with ``full=True`` when it becomes active again (it did no work while hidden).
+
+    A widget of class ``fit`` keeps each line on one line: what does not fit ends in ``…``."""
+
+    DEFAULT_CSS = """
+    ConsoleScreen .fit { text-wrap: nowrap; text-overflow: ellipsis; }
+    """
 
     @property
     def console_app(self) -> ScreenHost:

@@ -92,8 +92,13 @@ class CardGrid(Container, can_focus=True):
         Binding("right,l", "move(1)", "Right", show=False),
         Binding("up,k", "move_row(-1)", "Up", show=False),
         Binding("down,j", "move_row(1)", "Down", show=False),
+        Binding("pageup", "page(-1)", "Page up", show=False),
+        Binding("pagedown", "page(1)", "Page down", show=False),
+        Binding("home,g", "jump(0)", "First", show=False),
+        Binding("end,G", "jump(-1)", "Last", show=False),
         Binding("enter", "open", "Detail", tooltip="Open the selected tool's detail"),
     ]
+    """The table's keys, as far as a grid has them: the same habits (k9s, htop) in both layouts."""
 
     def __init__(self) -> None:
         super().__init__(id="cards")
@@ -154,6 +159,14 @@ class CardGrid(Container, can_focus=True):
     def action_move_row(self, delta: int) -> None:
         self._select(self.selected + delta * self.columns)
 
+    def action_page(self, direction: int) -> None:
+        rows = max(1, self.size.height // 5)  # whole cards (grid-rows: 5) a screen holds
+        self._select(self.selected + direction * rows * self.columns)
+
+    def action_jump(self, index: int) -> None:
+        if self.order:
+            self._select(index % len(self.order))
+
     def action_open(self) -> None:
         if self.selected_tool is not None:
             self.post_message(BreakerTable.Opened(self.selected_tool))
@@ -196,7 +209,7 @@ class BoardScreen(FilteredScreen):
         """The tool selected before a switch of layout, for the next draw to select again."""
 
     def compose_body(self) -> ComposeResult:
-        yield Static(id="sort-line", markup=False)
+        yield Static(id="sort-line", classes="fit", markup=False)
         with ContentSwitcher(initial="table", id="layouts"):
             yield BreakerTable(id="table")
             yield CardGrid()

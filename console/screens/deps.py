@@ -56,9 +56,9 @@ class DependencyScreen(ConsoleScreen):
 
     def compose_body(self) -> ComposeResult:
         yield Static(id="summary")
-        yield Static(id="turns-hint")
+        yield Static(id="turns-hint", classes="fit")
         with Horizontal():
-            yield TurnList("outcome", "turn", id="turns", show_header=False)
+            yield TurnList("outcome", "turn", flex="turn", id="turns", show_header=False)
             yield TurnGraph(id="graph")
 
     def on_mount(self) -> None:

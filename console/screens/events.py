@@ -45,7 +45,7 @@ class EventLogScreen(FilteredScreen):
 
     def compose_body(self) -> ComposeResult:
         yield EventList(id="log", max_lines=MAX_LINES)
-        yield Static(id="hint")
+        yield Static(id="hint", classes="fit")
         yield FilterBar("filter events…")
 
     def on_mount(self) -> None:

@@ -35,8 +35,9 @@ def change_fields(change: ManifestChange) -> list[tuple[str, object]]:
 
 
 class ManifestScreen(ConsoleScreen):
-    """A hot reload shows here as it happens: the tool's row changes version, the change is
-    listed, and a refused file shows its errors while the last good version stays in force.
+    """A hot reload shows here as it happens: the tool's row changes version (and digest), the
+    change is listed, and a refused file shows its errors while the last good version stays in
+    force. ``tries`` is the retry policy's attempts, ``opens at`` the breaker's failure threshold.
     ``enter`` on a row opens it in full (a tool's manifest, or a change with all its errors)."""
 
     HELP_TITLE = "Manifests"
@@ -57,8 +58,8 @@ class ManifestScreen(ConsoleScreen):
         with VerticalScroll():
             yield Static(id="headline", classes="title")
             yield ItemTable(
-                "tool", "version", "digest", "timeout", "attempts", "threshold", "loaded", "file",
-                flex="file", following=False, id="in-force",
+                "tool", "version", "timeout", "tries", "opens at", "loaded", "file", flex="file",
+                following=False, id="in-force",
             )  # fmt: skip
             yield Static("Refused files", classes="title")
             yield Static(id="rejected")
@@ -75,12 +76,14 @@ class ManifestScreen(ConsoleScreen):
         rows: list[Row] = []
         for tool_id, view in sorted(model.tools.items()):
             m = view.manifest
+            # The tool's name stays whole (a plain string: tool ids are identifiers, never markup);
+            # at 80 columns the file, a key away in full, is what gives way.
             if m is None:
-                rows.append((tool_id, (Text(tool_id), "—", "—", "—", "—", "—", "—", "defaults")))
+                rows.append((tool_id, (tool_id, "—", "—", "—", "—", "—", Text("defaults"))))
                 continue
             retry = m.content.get("retry_policy") or {}
             rows.append((tool_id, (
-                Text(tool_id), f"v{m.version}", render.short_digest(m.digest),
+                tool_id, f"v{m.version} {render.short_digest(m.digest)}",
                 render.duration(m.content.get("timeout_ms")), str(retry.get("max_attempts", "—")),
                 str(m.failure_threshold or "—"), render.clock(m.loaded_at) if m.loaded_at else "—",
                 Text(m.path),

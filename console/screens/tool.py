@@ -1,4 +1,5 @@
-"""One tool in detail: state history, retry timeline, in-flight countdowns, policy, recent errors."""
+"""One tool in detail: in-flight countdowns first, then the retry timeline, recent errors, state
+history and policy."""
 
 from __future__ import annotations
 
@@ -9,12 +10,22 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.widgets import DataTable, Static
 
 from console import render
-from console.model import CallTimeline, Changes, ErrorRow, InFlight, ManifestView, ToolView, Transition
+from console.model import (
+    WINDOW_S,
+    BoardRow,
+    CallTimeline,
+    Changes,
+    ErrorRow,
+    InFlight,
+    ManifestView,
+    ToolView,
+    Transition,
+)
 from console.screens.base import ConsoleScreen
 from console.screens.text import TextModal, clock_field, field_text
 from console.widgets.item_table import ItemTable, Row, hint, unique_keys
@@ -49,11 +60,16 @@ def policy_lines(manifest: ManifestView | None) -> list[str]:
     return lines
 
 
+IN_FLIGHT_SHOWN = 5
+"""Running attempts listed (the nearest deadline first) before a line says how many more run."""
+
+
 def in_flight_lines(in_flight: Mapping[Any, InFlight], now: float) -> list[Content]:
     if not in_flight:
         return [Content.styled("nothing in flight", "$foreground-muted")]
     lines = []
-    for f in sorted(in_flight.values(), key=lambda f: f.deadline):
+    running = sorted(in_flight.values(), key=lambda f: f.deadline)
+    for f in running[:IN_FLIGHT_SHOWN]:
         total = max(f.deadline - f.started, 1e-9)
         left = max(f.deadline - now, 0.0)
         where = render.call_where(f.turn_id, f.call_id)
@@ -66,21 +82,41 @@ def in_flight_lines(in_flight: Mapping[Any, InFlight], now: float) -> list[Conte
                 f" {left:5.1f}s left of {render.duration(total * 1000)}",
             )
         )
+    if len(running) > IN_FLIGHT_SHOWN:
+        more = len(running) - IN_FLIGHT_SHOWN
+        lines.append(Content.styled(f"… and {more} more, with later deadlines", "$foreground-muted"))
     return lines
 
 
+def figures(row: BoardRow) -> Content:
+    """The tool's figures, each with what it is made of: the window's error % next to the calls
+    it counts (as on the board), then the same counts since the console started."""
+    w, life = row.window, row.stats.life
+    n = render.count
+    return Content.assemble(
+        (f"last {WINDOW_S} s", "$foreground-muted"),
+        f"  err {render.percent(row.error_percent)} of ✓{n(w.successes)} ✗{n(w.failures)}"
+        f" ⊘{n(w.rejections)}  ↷{n(w.skipped)}  att ✗{n(w.error_count)} ◷{n(w.timeout_count)}"
+        f"  {render.rate(row.rate)}/s  p50 {render.duration(row.p50_ms)} p99 {render.duration(row.p99_ms)}",
+        ("   since start", "$foreground-muted"),
+        f"  ✓{n(life.successes)} ✗{n(life.failures)} ⊘{n(life.rejections)}  ↷{n(life.skipped)}"
+        f"  att ✗{n(life.error_count)} ◷{n(life.timeout_count)} ↻{n(life.retry_count)}",
+    )
+
+
 class ToolScreen(ConsoleScreen):
-    """Pushed from the board with ``enter``; ``esc`` goes back."""
+    """Pushed from the board with ``enter``; ``esc`` goes back. The headline and the attempts in
+    flight stay on top, whatever the size: their countdowns are what an operator watches. The rest
+    scrolls, one section under the other, each as wide as the screen (its tables' free text takes
+    what their other columns leave)."""
 
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Back", tooltip="Back to the board"),
         Binding("f", "follow", "Follow", tooltip="The focused list follows its newest row, or holds its row"),
     ]
     DEFAULT_CSS = """
-    ToolScreen #headline { height: auto; padding: 0 1; text-style: bold; }
-    ToolScreen #columns { height: 1fr; }
-    ToolScreen #left { width: 3fr; }
-    ToolScreen #right { width: 2fr; }
+    ToolScreen #headline { height: auto; padding: 0 1; }
+    ToolScreen #body { height: 1fr; }
     ToolScreen .section { height: auto; padding: 0 1; margin-bottom: 1; }
     ToolScreen .title { color: $accent; text-style: bold; padding: 0 1; }
     ToolScreen DataTable { height: auto; max-height: 14; margin: 0 1 1 1; scrollbar-size-horizontal: 0; }
@@ -96,19 +132,17 @@ class ToolScreen(ConsoleScreen):
 
     def compose_body(self) -> ComposeResult:
         yield Static(id="headline")
-        with Horizontal(id="columns"):
-            with VerticalScroll(id="left"):
-                yield Static("Retry timeline", classes="title")
-                yield RetryTimeline(classes="section", id="timeline")
-                yield Static("In flight", classes="title")
-                yield Static(id="in-flight", classes="section")
-                yield Static("Recent errors", classes="title", id="errors-title")
-                yield ItemTable("time", "call", "#", "kind", "then", "reason", flex="reason", id="errors")
-            with VerticalScroll(id="right"):
-                yield Static("Policy", classes="title")
-                yield Static(id="policy", classes="section", markup=False)
-                yield Static("State history", classes="title", id="history-title")
-                yield ItemTable("time", "from", "to", "by", "reason", flex="reason", id="history")
+        yield Static("In flight", classes="title")
+        yield Static(id="in-flight", classes="section fit")
+        with VerticalScroll(id="body"):
+            yield Static("Retry timeline", classes="title")
+            yield RetryTimeline(classes="section fit", id="timeline")
+            yield Static("Recent errors", classes="title", id="errors-title")
+            yield ItemTable("time", "call", "#", "kind", "then", "reason", flex="reason", id="errors")
+            yield Static("State history", classes="title", id="history-title")
+            yield ItemTable("time", "from", "to", "by", "reason", flex="reason", id="history")
+            yield Static("Policy", classes="title")
+            yield Static(id="policy", classes="section", markup=False)
 
     def selected_tools(self) -> list[str]:
         return [self.tool_id]
@@ -144,18 +178,11 @@ class ToolScreen(ConsoleScreen):
             (self.tool_id, "bold"),
             "  ",
             (render.state_label(row.state), render.STATE_STYLE[row.state]),
-            f"   fails {row.consecutive_failures}{threshold}",
+            (f"   fails {row.consecutive_failures}{threshold}", "bold"),
         ]
         if row.half_open_at is not None:
             parts.append((f"  half-open {render.countdown(row.half_open_at - now)}", "bold $warning"))
-        life = row.stats.life
-        parts.append(
-            f"  ·  {render.rate(row.rate)}/s  err {render.percent(row.error_percent)}"
-            f"  p50 {render.duration(row.p50_ms)} p99 {render.duration(row.p99_ms)}"
-            f"  ·  since start ✓{life.successes} ✗{life.failures} ◷{life.timeout_count}"
-            f" ⊘{life.rejections} ↷{life.skipped} ↻{life.retry_count}"
-        )
-        return Content.assemble(*parts)
+        return Content.assemble(*parts, "\n", figures(row))
 
     # --- the lists: the cursor stays on its row, enter opens it whole ---------------------------
 
@@ -166,9 +193,8 @@ class ToolScreen(ConsoleScreen):
             where = render.call_where(e.turn_id, e.call_id)
             status = f" {e.status_code}" if e.status_code else ""
             kind = f"{e.kind}{status} ({e.error_class})"
-            rows.append(
-                (key, (render.clock(e.at), Text(where), str(e.attempt), kind, e.decision, Text(e.reason)))
-            )
+            cells = (render.clock(e.at), Text(where), str(e.attempt), Text(kind), Text(e.decision))
+            rows.append((key, (*cells, Text(e.reason))))
         self.query_one("#errors", ItemTable).fill(rows)
         self._hints()
 

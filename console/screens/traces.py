@@ -108,7 +108,12 @@ class TraceBrowserScreen(ConsoleScreen):
     HELP_TITLE = "Traces"
 
     BINDINGS = [
-        Binding("slash", "filter", "Filter", tooltip="Filter by tool, outcome and time"),
+        Binding(
+            "slash",
+            "filter",
+            "Filter",
+            tooltip="Filter by tool, outcome and time (since, until: 30m, 2h, 7d ago or an ISO time)",
+        ),
         Binding("n", "page(1)", "Next", tooltip="The next (older) page"),
         Binding("b", "page(-1)", "Prev", tooltip="The previous (newer) page"),
         Binding("f", "follow", "Follow", tooltip="Follow the newest turn, or hold the cursor on its turn"),
@@ -140,10 +145,11 @@ class TraceBrowserScreen(ConsoleScreen):
         with Horizontal(id="filters"):
             yield Input(placeholder="tool", id="tool")
             yield Select([(o.replace("_", " "), o) for o in OUTCOMES], prompt="any outcome", id="outcome")
-            yield Input(placeholder="since: 30m, 2h, 7d or ISO", id="since")
+            # Short enough for the field at 80 columns; ``?`` says every form (the filter's key).
+            yield Input(placeholder="since e.g. 2h", id="since")
             yield Input(placeholder="until", id="until")
         yield TurnTable("started", "turn", "outcome", "calls", "ms", "summary", flex="summary", id="turns")
-        yield Static(id="page")
+        yield Static(id="page", classes="fit")
 
     def on_mount(self) -> None:
         self.query_one(TurnTable).focus()
@@ -313,10 +319,12 @@ def timeline_row(index: int, event: Event, start: float) -> Row:
 
 
 def attempt_row(index: int, a: AttemptRow) -> Row:
+    """An attempt as the list shows it (its kind with the HTTP status, as the tool detail shows
+    it); its message and injected fault are in its full view."""
+    kind = f"{a.kind or ''} {a.status_code or ''}".strip()
     cells = (
-        Text(a.call_id), Text(a.tool_id), str(a.attempt), a.outcome, Text(a.kind or ""),
-        Text(a.error_class or ""), str(a.status_code or ""), render.duration(a.latency_ms),
-        Text(a.fault_type or ""),
+        Text(a.call_id), Text(a.tool_id), str(a.attempt), a.outcome, Text(kind), Text(a.error_class or ""),
+        render.duration(a.latency_ms),
     )  # fmt: skip
     return str(index), cells
 
@@ -338,10 +346,10 @@ class StaticTable(ItemTable):
 
 
 class TraceScreen(ConsoleScreen):
-    """One stored turn: its events on a timeline, the graph as it ended, every attempt with its
-    error and classification, and the exact text the model received. ``enter`` opens a
-    timeline or attempt row in full; ``R`` replays the turn. Under ``NARROW`` columns the
-    panels stack, the timeline first and as wide as the screen."""
+    """One stored turn: its events on a timeline and every attempt with its error and
+    classification (the wider panel), the graph as it ended and the exact text the model received.
+    ``enter`` opens a timeline or attempt row in full; ``R`` replays the turn. Under ``NARROW``
+    columns the panels stack, the timeline first and as wide as the screen."""
 
     HELP_TITLE = "A stored turn"
 
@@ -358,11 +366,12 @@ class TraceScreen(ConsoleScreen):
     TraceScreen #right { width: 2fr; }
     TraceScreen #timeline { height: 1fr; min-height: 8; scrollbar-size-horizontal: 0; }
     TraceScreen #attempts { height: auto; max-height: 12; scrollbar-size-horizontal: 0; }
+    TraceScreen.-narrow #attempts { max-height: 5; }
     TraceScreen TurnGraph { height: auto; max-height: 14; }
     TraceScreen #model { height: auto; padding: 0 1; }
     TraceScreen.-narrow #columns { layout: vertical; }
-    TraceScreen.-narrow #left { width: 1fr; height: 3fr; min-height: 6; }
-    TraceScreen.-narrow #right { width: 1fr; height: 2fr; }
+    TraceScreen.-narrow #left { width: 1fr; height: 2fr; min-height: 6; }
+    TraceScreen.-narrow #right { width: 1fr; height: 1fr; }
     TraceScreen.-narrow #timeline { min-height: 4; }
     """
 
@@ -379,13 +388,11 @@ class TraceScreen(ConsoleScreen):
                 yield StaticTable(
                     "+ms", "event", "call", "what happened", flex="what happened", id="timeline"
                 )
+                yield Static("Attempts", classes="title")
+                yield StaticTable("call", "tool", "#", "outcome", "kind", "class", "ms", id="attempts")
             with VerticalScroll(id="right"):
                 yield Static("As it ended", classes="title")
                 yield TurnGraph(id="graph")
-                yield Static("Attempts", classes="title")
-                yield StaticTable(
-                    "call", "tool", "#", "outcome", "kind", "class", "status", "ms", "fault", id="attempts"
-                )
                 yield Static("What the model received", classes="title")
                 yield Static(id="model", markup=False)
 

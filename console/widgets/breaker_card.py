@@ -18,10 +18,14 @@ class BreakerCard(Static):
     the sparkline with rate and error %, the rolling counts, failures and latency::
 
         ╭ flight_search ─────────────────────╮
-        │ ▁▂▃▅▇█▇▅▃▂▁▁▁▁   1.2/s  err 63.2%  │
-        │ ✓12 ✗3 ◷0 ⊘5 ↷1                    │
+        │ ▁▂▃▅▇█▇▅▃▂▁▁▁▁   1.2/s  err 40.0%  │
+        │ ✓12 ✗3 ⊘5 ↷1 · att ✗17 ◷0          │
         │ fails 5/5   p50 120ms  p99 2.1s    │
         ╰─────────── ● OPEN · half-open in 27s ╯
+
+    The calls (✓ ended with a result, ✗ failed, ⊘ refused by the breaker) are what error % is
+    made of: (✗ + ⊘) / (✓ + ✗ + ⊘). ``att ✗`` counts failed attempts, where the breaker's
+    failures come from: an open breaker shows them even when every call ended with a result.
 
     The selected card reads ``▶`` before its name, on a reversed title; a marked one ``✓``:
     glyphs and reverse video, which 16 colours and ``NO_COLOR`` keep, not only a shade.
@@ -32,6 +36,8 @@ class BreakerCard(Static):
         width: 38;
         height: 5;
         padding: 0 1;
+        text-wrap: nowrap;
+        text-overflow: ellipsis;
         border: round $success;
         border-title-color: $foreground;
         border-subtitle-style: bold;
@@ -94,6 +100,7 @@ class BreakerCard(Static):
         w = row.window
         threshold = f"/{row.failure_threshold}" if row.failure_threshold else ""
         level = render.error_level(row.error_percent)
+        n = render.short_count
         error_style = {"ok": "", "notice": "$text-warning", "warn": "$warning", "bad": "bold $error"}[level]
         lines = [
             Content.assemble(
@@ -101,7 +108,10 @@ class BreakerCard(Static):
                 f" {render.rate(row.rate):>5}/s  err ",
                 (render.percent(row.error_percent), error_style),
             ),
-            Content(f"✓{w.successes} ✗{w.failures} ◷{w.timeout_count} ⊘{w.rejections} ↷{w.skipped}"),
+            Content(
+                f"✓{n(w.successes)} ✗{n(w.failures)} ⊘{n(w.rejections)} ↷{n(w.skipped)}"
+                f" · att ✗{n(w.error_count)} ◷{n(w.timeout_count)}"
+            ),
             Content.assemble(
                 (
                     f"fails {row.consecutive_failures}{threshold}",

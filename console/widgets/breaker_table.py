@@ -42,27 +42,32 @@ COLUMNS: tuple[Column, ...] = (
     Column("fails", "FAILS", 5, True, 2),
     Column("half_open", "HALF-OPEN", 13, True, 2),
     Column("error", "ERR%", 6, True, 1),
-    Column("rate", "RATE/s", 6, True, 5),
-    Column("ok", "OK", 6, True, 3),
-    Column("failed", "FAIL", 6, True, 3),
-    Column("timeout", "TMO", 4, True, 7),
-    Column("rejected", "REJ", 4, True, 7),
-    Column("skipped", "SKIP", 4, True, 7),
-    Column("p50", "P50", 7, True, 6),
-    Column("p99", "P99", 7, True, 4),
-    Column("spark", "CALLS, LAST 2 MIN", 0, False, 8),
+    Column("ok", "OK", 4, True, 3),
+    Column("failed", "FAIL", 4, True, 3),
+    Column("rejected", "REJ", 4, True, 3),
+    Column("attempts_failed", "ATT✗", 4, True, 4),
+    Column("timeout", "TMO", 4, True, 8),
+    Column("skipped", "SKIP", 4, True, 8),
+    Column("rate", "RATE/s", 6, True, 6),
+    Column("p50", "P50", 7, True, 7),
+    Column("p99", "P99", 7, True, 5),
+    Column("spark", "CALLS, LAST 2 MIN", 0, False, 9),
 )
 """Left to right as shown. By priority: the tool and its state; error %; failures against the
-threshold and the half-open countdown; the window's calls (ok, failed); p99; rate; p50; then
-timeouts, rejections, skips; the sparkline last."""
+threshold and the half-open countdown; the window's calls that error % is made of (ok, failed,
+rejected: shown together, so that it can be worked out from the row); the failed attempts (where
+the breaker's failures come from: a call can fail attempts and still end ok); p99; rate; p50;
+then timeouts and skips; the sparkline last."""
 _COUNTS = {
     "ok": "successes",
     "failed": "failures",
-    "timeout": "timeout_count",
     "rejected": "rejections",
+    "attempts_failed": "error_count",
+    "timeout": "timeout_count",
     "skipped": "skipped",
 }
-"""The columns that show a rolling count: the ``Counts`` field each shows."""
+"""The columns that show a rolling count: the ``Counts`` field each shows (in at most 4 cells:
+:func:`render.short_count`)."""
 SPARK_MIN = 10
 SPARK_MAX = 60
 
@@ -112,6 +117,8 @@ class BreakerTable(ScrollView, can_focus=True):
     BreakerTable {
         height: 1fr;
         background: $surface;
+        overflow-x: hidden;
+        scrollbar-size-vertical: 1;  /* at 80 columns the row keeps ERR% and the counts it is made of */
         & > .breaker-table--header { text-style: bold; color: $foreground-muted; }
         & > .breaker-table--cursor { background: $block-cursor-blurred-background; }
         &:focus > .breaker-table--cursor { background: $block-cursor-background; text-style: bold; }
@@ -183,11 +190,11 @@ class BreakerTable(ScrollView, can_focus=True):
             self.set_reactive(BreakerTable.cursor, cursor)
             reordered = True
         if self.virtual_size.height != len(rows) + 1:
-            self.virtual_size = Size(self.size.width, len(rows) + 1)
+            self.virtual_size = Size(self._width, len(rows) + 1)
         if reordered:
             self.refresh()
             return
-        width = self.size.width
+        width = self._width
         top = int(self.scroll_offset.y)
         for index in range(top, min(len(rows), top + self.size.height - 1)):
             row = rows[index]
@@ -197,7 +204,7 @@ class BreakerTable(ScrollView, can_focus=True):
 
     def on_resize(self) -> None:
         self._cache.clear()
-        self.virtual_size = Size(self.size.width, len(self._rows) + 1)
+        self.virtual_size = Size(self._width, len(self._rows) + 1)
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
@@ -261,8 +268,14 @@ class BreakerTable(ScrollView, can_focus=True):
 
     # --- rendering -------------------------------------------------------------------------
 
+    @property
+    def _width(self) -> int:
+        """The columns the lines may take: not those under the scrollbar, which would hide a
+        line's end without a mark."""
+        return self.scrollable_content_region.width
+
     def render_line(self, y: int) -> Strip:
-        width = self.size.width
+        width = self._width
         if y == 0:
             return self._header(width)
         index = int(self.scroll_offset.y) + y - 1
@@ -327,7 +340,7 @@ class BreakerTable(ScrollView, can_focus=True):
         counted = _COUNTS.get(key)
         if counted is not None:
             value: int = getattr(row.window, counted)
-            return (render.count(value) if value else "·"), (base if value else muted)
+            return (render.short_count(value) if value else "·"), (base if value else muted)
         if key == "p50":
             return render.duration(row.p50_ms), base
         if key == "p99":

@@ -4,8 +4,11 @@ Views refill it with keyed rows as often as they like (``fill``); the cursor is 
 same item (:class:`~console.selection.ListCursor`), the viewport keeps that item where it was on
 screen, and the rows that arrived on the newest side are counted for the view's "▲ 3 new" hint.
 The operator moving the cursor (keys or mouse) ends following; ``follow`` starts it again.
-One column may be *flexible*: it takes the width the others leave, its text cut with "…" (the
-full text is one ``enter`` away), so free text stays readable at 80 columns.
+One column may be *flexible*: it takes the width the others leave, so free text stays readable
+at 80 columns. Nothing is cut without saying so: the columns always fit the table's width, and
+when they cannot all be whole, the widest columns of text are cut to a common width (the
+figures, times and words in plain strings stay whole), each cut cell ending in "…"; the full
+text is one ``enter`` away.
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ Cell = str | Text
 Row = tuple[str, Sequence[Cell]]
 """A row's key (what the cursor follows) and its cells."""
 FLEX_MIN = 12
-"""The flexible column never gets narrower than this."""
+"""The flexible column is at least this wide while the others can give it room."""
+CUT_MIN = 6
+"""A column of text cut to fit keeps at least this many cells (or its label's width)."""
 
 
 def hint(cursor: ListCursor[Any], *, short: bool = False) -> str:
@@ -51,9 +56,13 @@ def unique_keys(keys: Sequence[str]) -> list[str]:
     return out
 
 
-def one_line(cell: Cell) -> Text:
-    """A free-text cell on one line, cut with an ellipsis where its column ends."""
-    text = cell.copy() if isinstance(cell, Text) else Text(cell)
+def one_line(cell: Cell, *, markup: bool = False) -> Text:
+    """A cell on one line, cut with an ellipsis where its column ends (``markup``: a string
+    cell is markup, as DataTable reads it)."""
+    if isinstance(cell, Text):
+        text = cell.copy()
+    else:
+        text = Text.from_markup(cell) if markup and "[" in cell else Text(cell)
     if "\n" in text.plain:
         text = Text(" ⏎ ").join(text.split("\n", allow_blank=True))
     text.no_wrap, text.overflow, text.end = True, "ellipsis", ""
@@ -67,7 +76,9 @@ class ItemTable(DataTable[Any]):
         Binding("enter", "select_cursor", "Open", tooltip="Open the selected row: its whole text"),
     ]
     DEFAULT_CSS = """
-    ItemTable { width: 1fr; }  /* the width it is given, never its content's: the flexible column fills it */
+    /* The width it is given, never its content's: the flexible column fills it. A thin scrollbar:
+       its room is kept for it (see _column_widths), one column is all it costs. */
+    ItemTable { width: 1fr; scrollbar-size-vertical: 1; }
     """
 
     def __init__(
@@ -113,8 +124,7 @@ class ItemTable(DataTable[Any]):
                     self.add_column(label, width=width, key=label)
             flex = self.labels.index(self.flex) if self.flex in self.labels else None
             for key, cells in rows:
-                shown = [one_line(c) if i == flex else c for i, c in enumerate(cells)]
-                self.add_row(*shown, key=key)
+                self.add_row(*(one_line(c, markup=i != flex) for i, c in enumerate(cells)), key=key)
             if index is None:
                 return
             # The item keeps its place on screen: rows that arrive above push the view, not it.
@@ -134,13 +144,9 @@ class ItemTable(DataTable[Any]):
             self.fill(self.items)
 
     def on_resize(self) -> None:
-        # Narrower (a toast took rows, the terminal shrank): the cursor's row stays in view.
-        self.call_after_refresh(self.refit if self.flex is not None else self._cursor_into_view)
-
-    def _cursor_into_view(self) -> None:
-        if self.row_count:
-            with self._placing_cursor():
-                self.move_cursor(row=self.cursor_row, animate=False, scroll=True)
+        # Another width: the columns fit it again. Narrower (a toast took rows, the terminal
+        # shrank): the cursor's row stays in view.
+        self.call_after_refresh(self.refit)
 
     # --- the operator's moves ----------------------------------------------------------------
 
@@ -165,26 +171,61 @@ class ItemTable(DataTable[Any]):
 
     # --- widths ------------------------------------------------------------------------------
 
-    def _column_widths(self) -> tuple[int | None, ...]:
-        """Every column as wide as its content, the flexible one as wide as what is left."""
-        if self.flex not in self.labels:
-            return tuple(None for _ in self.labels)
-        padding = 2 * self.cell_padding
-        flex = self.labels.index(self.flex)
-        fixed = 0
-        widths: list[int | None] = []
-        for i, label in enumerate(self.labels):
+    def _column_widths(self) -> tuple[int, ...]:
+        """Widths that fit the table: see :func:`fit_widths`. Columns of text (``Text`` cells, as
+        views give free text) may be cut; columns of plain strings (figures, times, names) stay
+        whole unless nothing else is left to cut."""
+        flex = self.labels.index(self.flex) if self.flex in self.labels else None
+        content: list[int] = []
+        floors: list[int] = []
+        labels = [cell_len(label) for label in self.labels]
+        for i, label in enumerate(labels):
+            cells = [cells[i] for _, cells in self.items if i < len(cells)]
+            width = max([label, *(_cell_len(c) for c in cells)])
+            content.append(width)
             if i == flex:
-                widths.append(None)
-                continue
-            width = max([len(label), *(_cell_len(cells[i]) for _, cells in self.items if i < len(cells))])
-            widths.append(width)
-            fixed += width + padding
+                floors.append(label)
+            elif any(isinstance(c, Text) for c in cells):
+                floors.append(min(width, max(label, CUT_MIN)))
+            else:
+                floors.append(width)
         # Room for a vertical scrollbar is kept even while there is none: a row that appears
-        # must not push the text column out of view.
+        # must not push the last column out of view.
         room = (self.size.width or self.app.size.width) - self.styles.scrollbar_size_vertical
-        widths[flex] = max(FLEX_MIN, room - fixed - padding)
-        return tuple(widths)
+        room -= 2 * self.cell_padding * len(labels)
+        return tuple(fit_widths(content, floors, room, flex=flex, last_resort=labels))
+
+
+def fit_widths(
+    content: Sequence[int], floors: Sequence[int], room: int, *, flex: int | None = None,
+    last_resort: Sequence[int] = (),
+) -> list[int]:  # fmt: skip
+    """Column widths that add up to at most ``room``.
+
+    When every column fits as wide as its ``content`` (the ``flex`` one at least ``FLEX_MIN``
+    wide), each is, and the ``flex`` one takes what is left. Otherwise the widest are cut to a
+    common width, none below its floor (a column that must stay whole has its width as floor),
+    and the ``flex`` one takes what that leaves; if even the floors do not fit, every column is
+    cut down to ``last_resort`` (its label).
+    """
+
+    def level(cap: int, lows: Sequence[int]) -> list[int]:
+        return [max(low, min(n, cap)) for n, low in zip(content, lows, strict=True)]
+
+    widths = list(content)
+    if flex is not None:
+        widths[flex] = max(floors[flex], FLEX_MIN)
+    for lows in (floors, last_resort or floors):
+        if sum(widths) <= room:
+            break
+        low, high = 0, max(content, default=0)
+        while low < high:  # the highest common width that fits
+            mid = (low + high + 1) // 2
+            low, high = (mid, high) if sum(level(mid, lows)) <= room else (low, mid - 1)
+        widths = level(low, lows)
+    if flex is not None:
+        widths[flex] += max(0, room - sum(widths))
+    return widths
 
 
 def _cell_len(cell: Cell) -> int:

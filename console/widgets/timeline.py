@@ -11,7 +11,10 @@ from console import render
 from console.model import CallTimeline
 
 LABEL_WIDTH = 22
-SUMMARY_WIDTH = 30
+"""At most: where the call ran (``turn/call``, cut in the middle past this)."""
+SUMMARY_MIN = 14
+LABEL_MIN = 10
+AXIS_MIN = 8
 
 _ATTEMPT_STYLE = {
     "ok": "$success",
@@ -30,14 +33,32 @@ _OUTCOME_MARK = {
 }
 
 
+def timeline_widths(labels: Sequence[str], summaries: Sequence[str], width: int) -> tuple[int, int, int]:
+    """(label, axis, summary) widths that fit ``width``: the label and the summary whole while the
+    axis keeps ``AXIS_MIN`` cells, then the summary and the label cut (with ``…``) to make room."""
+    label = min(LABEL_WIDTH, max(map(len, labels), default=0))
+    summary = max(map(len, summaries), default=0)
+    free = width - 5  # the gaps and the outcome mark
+    short = AXIS_MIN - (free - label - summary)
+    if short > 0:
+        cut = min(short, max(0, summary - SUMMARY_MIN))
+        summary, short = summary - cut, short - cut
+    if short > 0:
+        label -= min(short, max(0, label - LABEL_MIN))
+    return label, max(AXIS_MIN, free - label - summary), summary
+
+
 def timeline_lines(calls: Sequence[CallTimeline], now: float, width: int) -> list[Content]:
     """One line per call, newest last, on a shared axis as long as the longest call:
-    ``█`` attempts coloured by outcome, ``·`` backoff gaps, then the outcome and a summary."""
-    axis = max(8, width - LABEL_WIDTH - SUMMARY_WIDTH - 5)  # 5: the gaps and the outcome mark
+    ``█`` attempts coloured by outcome, ``·`` backoff gaps, then the outcome and a summary;
+    the whole line fits ``width`` (what is cut ends in ``…``)."""
+    wheres = [render.call_where(call.turn_id, call.call_id) for call in calls]
+    summaries = [_summary(call, now) for call in calls]
+    label_width, axis, summary_width = timeline_widths(wheres, summaries, width)
     span = max(((c.end if c.end is not None else now) - c.start for c in calls), default=0.0)
     scale = axis / span if span > 0 else 0.0
     lines = []
-    for call in calls:
+    for call, where, summary in zip(calls, wheres, summaries, strict=True):
         cells: list[tuple[str, str]] = [(" ", "")] * axis
         end = call.end if call.end is not None else now
         gap_from: int | None = None
@@ -51,22 +72,26 @@ def timeline_lines(calls: Sequence[CallTimeline], now: float, width: int) -> lis
                 cells[i] = ("█", _ATTEMPT_STYLE.get(attempt.outcome, ""))
             gap_from = last + 1
         mark, mark_style = _OUTCOME_MARK.get(call.outcome, ("?", ""))
-        where = render.call_where(call.turn_id, call.call_id)
-        attempts = len(call.attempts)
-        summary = f"{attempts} att · {render.duration((end - call.start) * 1000)}"
-        if call.attempts and call.attempts[-1].kind and call.outcome not in ("succeeded", "running"):
-            summary += f" · {call.attempts[-1].kind}"
         lines.append(
             Content.assemble(
-                render.middle_truncate(where, LABEL_WIDTH).ljust(LABEL_WIDTH),
+                render.middle_truncate(where, label_width).ljust(label_width),
                 " ",
                 *cells,
                 " ",
                 (mark, mark_style),
-                (" " + render.middle_truncate(summary, SUMMARY_WIDTH), "$foreground-muted"),
+                (" " + render.fit(summary, summary_width), "$foreground-muted"),
             )
         )
     return lines
+
+
+def _summary(call: CallTimeline, now: float) -> str:
+    """``5 att · 1.4s · connection_reset``: attempts, how long, and what ended a call that failed."""
+    end = call.end if call.end is not None else now
+    summary = f"{len(call.attempts)} att · {render.duration((end - call.start) * 1000)}"
+    if call.attempts and call.attempts[-1].kind and call.outcome not in ("succeeded", "running"):
+        summary += f" · {call.attempts[-1].kind}"
+    return summary
 
 
 def _cell(offset_s: float, scale: float, axis: int) -> int:
@@ -94,9 +119,9 @@ class RetryTimeline(Static):
             ("attempts ", "$foreground-muted"), ("█", "$success"), " ok  ", ("█", "$error"), " error  ",
             ("█", "$warning"), " timeout  ", ("█", "$foreground-muted"), " cut off  ",
             ("·", "$foreground-muted"), " backoff\n",
-            ("calls    ", "$foreground-muted"), "✓ succeeded  ✗ failed  ⊘ rejected  ✂ cut off",
+            ("calls    ", "$foreground-muted"), "✓ succeeded  ◑ partial  ✗ failed  ⊘ rejected  ✂ cut off",
         )  # fmt: skip
-        width = self.content_size.width or self.app.size.width // 2
+        width = self.content_size.width or self.app.size.width - 2
         self.update(Content("\n").join([*timeline_lines(calls, now, width), legend]))
 
     def on_resize(self) -> None:

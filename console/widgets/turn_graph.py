@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar
 
+from rich.style import Style
+from rich.text import Text
 from textual.binding import Binding, BindingType
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
@@ -84,7 +86,8 @@ def turn_label(turn: TurnView) -> Parts:
 
 class TurnGraph(Tree[str]):
     """Redrawn in place while the turn keeps its shape, so expansion and the cursor survive;
-    a call with two dependencies appears under both."""
+    a call with two dependencies appears under both. A label longer than its line ends in ``…``
+    (``enter`` opens the call whole): the graph never scrolls sideways, so nothing is cut unseen."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding(
@@ -117,6 +120,24 @@ class TurnGraph(Tree[str]):
         for node in turn.roots():
             self._add(root, node, turn, (), variables)
         root.expand_all()
+
+    def render_label(self, node: TreeNode[str], base_style: Style, style: Style) -> Text:
+        label = super().render_label(node, base_style, style)
+        # The scrollbar's room is kept even while there is none: one that appears (the graph
+        # grew) must not hide the labels' ends.
+        room = self.size.width - self.styles.scrollbar_size_vertical - self._indent(node)
+        if self.size.width and label.cell_len > room:  # no width yet: not laid out, nothing to fit
+            label.truncate(max(1, room), overflow="ellipsis")
+        return label
+
+    def _indent(self, node: TreeNode[str]) -> int:
+        """Cells of guides before ``node``'s label: one ``guide_depth`` per level below the root."""
+        depth = 0
+        parent = node.parent
+        while parent is not None:
+            depth += 1
+            parent = parent.parent
+        return depth * self.guide_depth if self.show_root else max(0, depth - 1) * self.guide_depth
 
     def fields_of(self, node: TreeNode[str]) -> tuple[str, list[tuple[str, object]]] | None:
         """A title and the whole fields of what ``node`` shows (the turn, or one of its calls)."""

@@ -6,6 +6,10 @@ resets, the sort line) through Textual's Pilot on a scripted link with a frozen 
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+from typing import Any
+
 import pytest
 from rich.style import Style
 from textual.pilot import Pilot
@@ -56,11 +60,12 @@ def keys(width: int) -> list[str]:
 
 
 def test_at_80_columns_the_table_keeps_state_errors_failures_and_calls() -> None:
-    assert keys(80) == ["mark", "tool", "state", "fails", "half_open", "error", "ok", "failed"]
+    """Error % with every count it is made of: ok, failed and rejected calls."""
+    assert keys(80) == ["mark", "tool", "state", "fails", "half_open", "error", "ok", "failed", "rejected"]
 
 
-def test_at_100_columns_p99_and_the_rate_come_before_timeouts() -> None:
-    assert keys(100) == [*keys(80)[:6], "rate", "ok", "failed", "p99"]
+def test_at_100_columns_failed_attempts_p99_and_the_rate_come_before_timeouts() -> None:
+    assert keys(100) == [*keys(80), "attempts_failed", "rate", "p99"]
 
 
 def test_at_160_columns_every_column_shows_and_the_sparkline_takes_the_rest() -> None:
@@ -329,3 +334,142 @@ async def test_switching_layouts_keeps_the_selected_tool() -> None:
         await pilot.press("v")
         assert app.screen.query_one(CardGrid).selected_tool == "weather"
         assert "▶" in text_of(app, card(app, "weather"))[0]
+
+
+# --- figures that add up (issue 22 §5) --------------------------------------------------------
+
+
+def cells_of(line: str, width: int) -> dict[str, str]:
+    """A table line's cells by column key, cut where ``fit_columns`` puts the columns."""
+    cells, x = {}, 0
+    for column, size in fit_columns(width):
+        cells[column.key] = line[x : x + size].strip()
+        x += size + 1
+    return cells
+
+
+def count(cell: str) -> int:
+    return 0 if cell == "·" else int(cell)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("width", [80, 100, 160])
+async def test_error_percent_can_be_worked_out_from_the_row_it_is_on(width: int) -> None:
+    """ERR% = (FAIL + REJ) / (OK + FAIL + REJ): at 80 columns REJ was dropped, and ``OK 1 FAIL 1``
+    read 66.7 %."""
+    app, link = scripted()
+    async with app.run_test(size=(width, 24)) as pilot:
+        link.emit(
+            f.started("flight_search", "c1", 90.0), f.succeeded("flight_search", "c1", 90.2),
+            f.started("flight_search", "c2", 91.0), f.failed_attempt("flight_search", "c2", 91.1),
+            f.call_failed("flight_search", "c2", 91.2), f.rejected("flight_search", "c3", 92.0),
+            f.started("hotel_search", "c4", 93.0), f.succeeded("hotel_search", "c4", 93.2),
+        )  # fmt: skip
+        app.flush()
+        if board(app).query_one("#layouts").current != "table":  # type: ignore[attr-defined]
+            await pilot.press("v")
+        await pilot.pause()
+        table = app.screen.query_one(BreakerTable)
+        checked = 0
+        for y in range(1, len(table.rows) + 1):
+            cells = cells_of(table.render_line(y).text, table.size.width)
+            ok, failed, rejected = (count(cells[k]) for k in ("ok", "failed", "rejected"))
+            if ok + failed + rejected:
+                assert cells["error"] == f"{100 * (failed + rejected) / (ok + failed + rejected):.1f}%", cells
+                checked += 1
+        assert checked == 2
+
+
+def partial_results_that_open_the_breaker(tool: str, calls: int) -> list[Any]:
+    """Calls whose every attempt fails, each ending with a partial result; the breaker opens."""
+    events: list[Any] = []
+    for i in range(calls):
+        t = 80.0 + i
+        events += [
+            f.started(tool, f"q{i}", t),
+            f.failed_attempt(tool, f"q{i}", t + 0.1, streak=i + 1, decision="partial_success"),
+            f.succeeded(tool, f"q{i}", t + 0.2, partial=True),
+        ]
+    return [*events, f.opened(tool, 80.0 + calls, streak=calls)]
+
+
+@pytest.mark.asyncio
+async def test_an_open_breakers_failed_attempts_show_on_its_row_and_its_card() -> None:
+    """``● OPEN 5/5`` with ``ERR% 0.0%`` and ``FAIL ·``: the calls ended with partial results, so
+    they count as OK; the five failed attempts that opened the breaker show as ATT✗."""
+    app, link = scripted()
+    async with app.run_test(size=(160, 50)) as pilot:
+        link.emit(*partial_results_that_open_the_breaker("weather", 5))
+        app.flush()
+        await pilot.pause()
+        assert any("att ✗5" in line for line in text_of(app, card(app, "weather")))
+        await pilot.press("v")
+        table = app.screen.query_one(BreakerTable)
+        y = 1 + [r.tool_id for r in table.rows].index("weather")
+        cells = cells_of(table.render_line(y).text, table.size.width)
+        assert (cells["state"], cells["fails"], cells["error"]) == ("● OPEN", "5/5", "0.0%")
+        assert (cells["ok"], cells["failed"], cells["attempts_failed"]) == ("5", "·", "5")
+
+
+# --- the cards move like the table (issue 22 §5) ------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_home_end_g_and_G_move_the_cards_selection_as_in_the_table() -> None:
+    app, _ = scripted()
+    async with app.run_test(size=(160, 50)) as pilot:
+        assert board(app).query_one("#layouts").current == "cards"  # type: ignore[attr-defined]
+        first, last = "compare_prices", "weather"
+        for key, expected in [("end", last), ("home", first), ("G", last), ("g", first)]:
+            await pilot.press(key)
+            assert board(app).selected_tool == expected, key
+            assert "▶" in text_of(app, card(app, expected))[0]
+        await pilot.press("pagedown")
+        assert board(app).selected_tool == last
+        await pilot.press("pageup")
+        assert board(app).selected_tool == first
+        await pilot.press("question_mark")
+        help_text = "\n".join(text_of(app, app.screen.query_one("#help")))
+        assert "home g" in help_text and "end G" in help_text, help_text
+
+
+# --- what README says of the figures ------------------------------------------------------------
+
+README = (Path(__file__).parents[2] / "README.md").read_text()
+
+
+def readme_figures() -> list[tuple[list[str], list[str]]]:
+    """README's table of the board's figures: each row's names in the table and on a card."""
+    table = README.split("**The board's figures.**")[1].split("\n\n")[1]
+    rows = [line.split("|")[1:3] for line in table.splitlines()[2:]]
+    return [(re.findall(r"`([^`]+)`", names), re.findall(r"`([^`]+)`", card)) for names, card in rows]
+
+
+def test_readme_defines_every_column_the_board_table_shows() -> None:
+    named = {name for names, _ in readme_figures() for name in names}
+    assert named == {c.header for c in COLUMNS if c.header} - {"TOOL"}
+
+
+@pytest.mark.asyncio
+async def test_readme_defines_every_figure_a_card_shows() -> None:
+    app, link = scripted()
+    async with app.run_test(size=(160, 50)) as pilot:
+        link.emit(*partial_results_that_open_the_breaker("weather", 5))
+        app.flush()
+        await pilot.pause()
+        shown = "\n".join(text_of(app, card(app, "weather")))
+        for _, names in readme_figures():
+            assert all(name in shown for name in names), (names, shown)
+
+
+def test_readme_says_which_columns_show_at_80_and_100_columns() -> None:
+    said = re.search(r"At\s+80 columns it shows (.*?); at 100, (.*?) as well", README, re.S)
+    assert said is not None
+    at_80 = {c.header for c, _ in fit_columns(80) if c.header}
+    at_100 = {c.header for c, _ in fit_columns(100) if c.header} - at_80
+
+    def listed(text: str) -> set[str]:
+        return set(re.split(r",\s*|\s+and\s+", " ".join(text.split())))
+
+    assert listed(said[1]) == at_80
+    assert listed(said[2]) == at_100
