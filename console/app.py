@@ -38,6 +38,7 @@ from console.screens.manifests import ManifestScreen
 from console.screens.tool import ToolScreen
 from console.screens.traces import TraceBrowserScreen
 from engine.breaker import BreakerState
+from engine.liveness import Heard
 from engine.store import TraceStore, TraceStoreError
 from engine.store.command_auth import command_origin
 
@@ -269,11 +270,21 @@ class ConsoleApp(App[None]):
             return Content.assemble(*parts)
         stale = self.stale_for
         if stale is not None:
-            parts += [(stale_text(stale), "bold reverse $error"), ("  last known:", "$foreground-muted")]
+            heard = getattr(self.link, "heard", None)  # an attached link says why: stale, gone, stopped
+            status = heard.status if isinstance(heard, Heard) else "stale"
+            parts += [
+                (stale_text(stale, status), "bold reverse $error"),
+                ("  last known:", "$foreground-muted"),
+            ]
         if self.paused:
             parts.append((f"❚❚ PAUSED · {self.pending_while_paused:,} new events", "bold reverse $warning"))
         elif stale is None:
             parts.append(("● LIVE", "bold $success"))
+        # What is lost comes first: at 80 columns the end of the line is cut (with …).
+        if self.bridge.dropped:
+            parts.append((f" · dropped {self.bridge.dropped:,}", "bold $error"))
+        if isinstance(self.link, EngineHost) and (unsaved := self.link.not_persisted()):
+            parts.append((f" · {unsaved:,} turns not persisted", "bold $error"))
         parts.append(f"{' ' if stale is not None and not self.paused else '  '}{len(states)} tools")
         for state in _COUNTED:
             n = states.count(state)
@@ -281,10 +292,6 @@ class ConsoleApp(App[None]):
         version = self.model.manifest_version  # 0: unknown (an attached engine announced no reload yet)
         parts.append(f"  · manifests v{version} · " if version else "  · ")
         parts.append(f"{self._rate[2]:,.0f} ev/s")
-        if self.bridge.dropped:
-            parts.append((f" · dropped {self.bridge.dropped:,}", "bold $error"))
-        if isinstance(self.link, EngineHost) and (unsaved := self.link.not_persisted()):
-            parts.append((f" · {unsaved:,} turns not persisted", "bold $error"))
         if self.link.read_only:
             parts.append((" · read-only", "$accent"))
             if why := self.read_only_reason:

@@ -47,15 +47,23 @@ class ScreenHost(Protocol):
     ) -> None: ...
 
 
-def stale_text(silence: float) -> str:
-    """The status bar's word for an engine that has said nothing for ``silence`` seconds."""
+def stale_text(silence: float, status: str = "stale") -> str:
+    """The status bar's word for an engine not heard from for ``silence`` seconds: ``STALE`` (no
+    heartbeat), ``GONE`` (its process ended without closing the store) or ``STOPPED`` (it closed
+    it), as :mod:`engine.liveness` judges it."""
     if silence == float("inf"):
         return "STALE — no word from the engine yet"
     if silence < 120:
-        return f"STALE — no word from the engine for {silence:.0f} s"
-    if silence < 7200:
-        return f"STALE — no word from the engine for {silence / 60:.0f} min"
-    return f"STALE — no word from the engine for {silence / 3600:.0f} h"
+        ago = f"{silence:.0f} s"
+    elif silence < 7200:
+        ago = f"{silence / 60:.0f} min"
+    else:
+        ago = f"{silence / 3600:.0f} h"
+    if status == "gone":
+        return f"GONE — the engine's process ended; last heartbeat {ago} ago"
+    if status == "stopped":
+        return f"STOPPED — the engine closed the store {ago} ago"
+    return f"STALE — no word from the engine for {ago}"
 
 
 class StatusBar(Static):

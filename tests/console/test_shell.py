@@ -142,6 +142,8 @@ def test_stale_text() -> None:
     assert stale_text(12.4) == "STALE — no word from the engine for 12 s"
     assert stale_text(600) == "STALE — no word from the engine for 10 min"
     assert stale_text(float("inf")) == "STALE — no word from the engine yet"
+    assert stale_text(12.4, "gone") == "GONE — the engine's process ended; last heartbeat 12 s ago"
+    assert stale_text(180, "stopped") == "STOPPED — the engine closed the store 3 min ago"
 
 
 @pytest.mark.asyncio

@@ -9,6 +9,7 @@ import pytest
 
 from console.app import ConsoleApp
 from console.host import EngineHost
+from console.screens.base import StatusBar
 from engine.engine import Engine
 from engine.store import TraceRecorder, TraceStore
 from engine.turn import ToolCall, Turn
@@ -33,11 +34,15 @@ async def test_the_status_bar_counts_the_turns_not_persisted(tmp_path: Path) -> 
     host = EngineHost(engine, run_turns, recorder=recorder)
     host.start()
     app = ConsoleApp(host)
-    async with app.run_test() as pilot:
+    async with app.run_test(size=(80, 24)) as pilot:
         deadline = time.monotonic() + 20
         while host.not_persisted() < 3 and time.monotonic() < deadline:
             await pilot.pause(0.05)  # the engine's thread and the writer's run in real time
         assert "3 turns not persisted" in str(app.status_text())
+        app.flush()
+        await pilot.pause()
+        shown = str(app.screen.query_one(StatusBar).render_line(0).text)
+        assert "3 turns not persisted" in shown, "at 80 columns the warning comes before what is cut"
         with store._lock:
             store._conn.execute("PRAGMA query_only = 0")
         assert recorder.flush(10)
