@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import math
 import secrets
 import time
 from dataclasses import dataclass
@@ -87,9 +88,10 @@ async def send_command(
     origin = command_origin()
     created_at = time.time() if now is None else now
     keys = FleetKeys(client.config.namespace)
+    (current,) = await client.execute(("HGET", keys.tool(tool_id), GENERATION_FIELD))
+    follows = stored_generation(current)
     for _ in range(SEND_ATTEMPTS):
-        (current,) = await client.execute(("HGET", keys.tool(tool_id), GENERATION_FIELD))
-        generation = stored_generation(current) + 1
+        generation = follows + 1
         command_id = secrets.randbits(62)  # no shared counter: a Redis restarted empty reuses none
         content = {
             "id": command_id, "action": action, "tool_id": tool_id, "reason": reason, "actor": origin.user,
@@ -105,12 +107,13 @@ async def send_command(
             "generation", str(generation),
             "generation_mac", generation_mac(key, command_id, tool_id, action, generation),
         ]  # fmt: skip
-        (stream_id,) = await client.execute(
+        (reply,) = await client.execute(
             ("EVAL", SEND_COMMAND, 4, keys.commands, keys.override(tool_id), keys.tool(tool_id),
-             keys.standing, COMMANDS_MAXLEN, generation - 1, tool_id, *fields)
+             keys.standing, COMMANDS_MAXLEN, follows, tool_id, *fields)
         )  # fmt: skip
-        if stream_id is not None:
-            return SentCommand(command_id, action, tool_id, str(stream_id))
+        if not isinstance(reply, int):
+            return SentCommand(command_id, action, tool_id, str(reply))
+        follows = reply  # another command took it: sign again after the one that did
     raise CommandConflict(
         f"{action} {tool_id}: other commands on it took its generation {SEND_ATTEMPTS} times in a row;"
         " send it again"
@@ -143,11 +146,13 @@ def signed_generation(key: bytes, fields: dict[str, str]) -> int | str:
 
 
 def stored_generation(value: Any) -> int:
-    """A generation as Redis holds it (none, or a value nobody of ours wrote: 0)."""
+    """A generation as Redis holds it; none, or a value nobody of ours wrote, is 0 (as the scripts
+    read it: a whole number at least 0)."""
     try:
-        return max(int(value), 0)
+        number = float(value)
     except (TypeError, ValueError):
         return 0
+    return int(number) if math.isfinite(number) and number > 0 else 0
 
 
 def command_row(fields: dict[str, str]) -> CommandRow:

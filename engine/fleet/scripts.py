@@ -88,6 +88,16 @@ return 0
 GENERATION_FIELD = "command_generation"
 """The field of ``tool:<tool>`` holding the generation of the last command published on the tool."""
 
+_GENERATION = """
+local function generation_of(key)
+  local value = tonumber(redis.call('HGET', key, 'command_generation'))
+  if not value or value ~= value or value < 0 or value == math.huge then return 0 end
+  return math.floor(value)
+end
+"""
+"""A tool's generation as the scripts read it: a value nobody of ours wrote is 0, as
+:func:`engine.fleet.commands.stored_generation` reads it."""
+
 _PUBLISH = """
 local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', unpack(ARGV, 4))
 redis.call('DEL', KEYS[2])
@@ -98,27 +108,30 @@ return id
 """
 
 SEND_COMMAND = (
-    """
+    _GENERATION
+    + """
 -- KEYS: commands, override:<tool>, tool:<tool>, standing
 -- ARGV: maxlen, the generation it follows, tool, then the command's field, value pairs
-local current = tonumber(redis.call('HGET', KEYS[3], 'command_generation')) or 0
+local current = generation_of(KEYS[3])
 if current ~= tonumber(ARGV[2]) then
-  return false
+  return current
 end
 local generation = current + 1
 """
     + _PUBLISH
 )
 """Publish an operator command and make it the tool's standing operator state, at once: a process
-joining later applies the standing trip or disable (a reset stands as "nothing stands"). Refused
-(nil) when another command took the generation it was signed with: its sender signs again."""
+joining later applies the standing trip or disable (a reset stands as "nothing stands"); its stream
+id. Refused when another command took the generation it was signed with: the tool's generation
+now (an integer), for its sender to sign again with the next one."""
 
 PUBLISH_AGAIN = (
-    """
+    _GENERATION
+    + """
 -- KEYS: commands, override:<tool>, tool:<tool>, standing
 -- ARGV: maxlen, its generation, tool, then the command's field, value pairs ('standing', '1' first)
 local generation = tonumber(ARGV[2])
-if (tonumber(redis.call('HGET', KEYS[3], 'command_generation')) or 0) >= generation then
+if generation_of(KEYS[3]) >= generation then
   return false
 end
 """

@@ -81,6 +81,17 @@ async def test_each_command_on_a_tool_takes_the_next_generation_even_when_sender
         assert standing["generation"] == "4" and standing["id"] == entries[-1][1]["id"]
     assert len({s.id for s in sent}) == 4
 
+    client = FleetClient(parse_fleet_url(redis_server.url(ns)))
+    try:  # a generation nobody of ours wrote is read alike by the sender and the script
+        for written, taken in (("-3", 1), ("2.7", 3), ("junk", 1), ("0x10", 17), ("inf", 1)):
+            with redis_server.client() as r:
+                r.hset(keys.tool("lookup"), "command_generation", written)
+            await send_command(client, "reset", "lookup", key=key)
+            with redis_server.client() as r:
+                assert r.hget(keys.override("lookup"), "generation") == str(taken), written
+    finally:
+        await client.aclose()
+
 
 async def test_a_standing_record_that_is_not_the_newest_signed_state_is_refused(
     redis_server: RedisServer, request: pytest.FixtureRequest
