@@ -38,6 +38,7 @@ Internal: import its public names from :mod:`engine`.
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -164,9 +165,20 @@ class TurnNotPersisted(TraceStoreError):
         self.result = result
 
 
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+"""Control characters left once the line breaks are joined (every one but the tab): an ANSI
+escape moves a terminal's cursor, so it could overwrite a line already shown."""
+
+
+def _escaped(match: re.Match[str]) -> str:
+    return f"\\x{ord(match.group()):02x}"
+
+
 def one_line(text: str) -> str:
-    """Keys, YAML and SQLite messages may hold line breaks; a problem is always shown on one line."""
-    return "\\n".join(text.splitlines())
+    """``text`` on one line, whatever it holds: line breaks shown as ``\\n`` and every other control
+    character escaped (``\\x1b``). Keys, YAML and SQLite messages may hold line breaks, and a value
+    read from outside (a fleet command from Redis) must never print a line of its own into a log."""
+    return _CONTROL.sub(_escaped, "\\n".join(text.splitlines()))
 
 
 def iso_timestamp(epoch_s: float) -> str:

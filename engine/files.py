@@ -52,6 +52,36 @@ def write_private_file(path: Path, content: bytes) -> None:
         out.write(content)
 
 
+def read_private_file(path: Path, limit: int) -> bytes | str:
+    """The content of ``path`` (at most ``limit`` bytes), which must be a regular file of this
+    process's user that no one else may read or write (a secret's file) — or why not, on one line."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return f"{path} does not exist"
+    except PermissionError:
+        return f"{path}: permission denied"
+    except OSError as exc:
+        if os.path.islink(path):
+            return f"{path} is a symbolic link: name the file itself"
+        return f"{path}: {exc.strerror or exc}"
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return f"{path} is not a regular file"
+        if info.st_uid != os.getuid():
+            return f"{path} is owned by another user (uid {info.st_uid}, this is uid {os.getuid()})"
+        mode = stat.S_IMODE(info.st_mode)
+        if mode & 0o077:
+            return f"{path} is open to others (mode {mode:04o}): chmod 600 it"
+        data = os.read(fd, limit + 1)
+    except OSError as exc:
+        return f"{path}: {exc.strerror or exc}"
+    finally:
+        os.close(fd)
+    return data if len(data) <= limit else f"{path} is longer than {limit} bytes"
+
+
 def wider_than_owner(path: Path) -> int | None:
     """The file's permission bits when others (group or world) may use it, else None."""
     mode = stat.S_IMODE(os.stat(path).st_mode)
@@ -70,6 +100,7 @@ __all__ = [
     "create_private_file",
     "make_private_directories",
     "owned_by_someone_else",
+    "read_private_file",
     "wider_than_owner",
     "write_private_file",
 ]

@@ -45,6 +45,7 @@ OLD_BASES: dict[str, tuple[str, ...]] = {
     "MCPNotSent": ("ToolError",),
     "ToolCallFailed": ("Exception",),
     "FleetConfigError": ("ValueError",),
+    "CommandConflict": ("RuntimeError",),
 }
 """Each library error's direct bases before the family existed (TripwireError aside)."""
 

@@ -475,7 +475,7 @@ def _on_fleet(config: FleetConfig, work: Callable[[FleetClient], Awaitable[T]]) 
     import anyio  # start-up: the event loop is loaded only for a fleet
 
     from engine.fleet import FleetClient
-    from engine.fleet.client import UNAVAILABLE
+    from engine.fleet.client import UNAVAILABLE, redis_problem
 
     async def run() -> T:
         client = FleetClient(config)
@@ -487,9 +487,7 @@ def _on_fleet(config: FleetConfig, work: Callable[[FleetClient], Awaitable[T]]) 
     try:
         return anyio.run(run, backend="asyncio")
     except UNAVAILABLE as exc:
-        raise UsageError(
-            f"the fleet's Redis {config.server} cannot be reached: {one_line(str(exc))}"
-        ) from None
+        raise UsageError(redis_problem(config, exc)) from None
 
 
 async def _read_view(client: FleetClient) -> FleetView:

@@ -21,6 +21,7 @@ from anyio import CancelScope
 from anyio.abc import TaskStatus
 
 from console.cli.run import warn_refused
+from console.cli.stuck_calls import WorkerCalls, leave_stuck_calls
 from console.extras import requires_extra
 from console.host import Workload, driven_engine
 from console.usage import UsageError
@@ -44,6 +45,7 @@ def serve_command(args: argparse.Namespace, retention: RetentionPolicy) -> int:
     engine, workload, _ = driven_engine(manifests, scenario=scenario, workload=args.workload, record=True)
     assert workload is not None  # a scenario, when not a workload of yours
     warn_refused(engine)
+    in_threads = WorkerCalls(engine)  # a stop does not wait for calls stuck in worker threads
     try:
         with _served_metrics(engine, metrics_port, metrics_addr), TraceStore(args.traces) as store:
             # The command key (made beside the store if there is none): a key others may read is
@@ -62,11 +64,13 @@ def serve_command(args: argparse.Namespace, retention: RetentionPolicy) -> int:
                     _fleet(engine, *fleet, commands=not args.no_commands) if fleet is not None else None,
                     recorder.flush,
                 )  # fmt: skip
-                return anyio.run(service, backend="asyncio")
+                status = anyio.run(service, backend="asyncio")
             finally:
                 recorder.close()
     finally:
         engine.close()
+    leave_stuck_calls(in_threads, status)  # everything written: calls still running are left behind
+    return status
 
 
 METRICS_ADDR_DEFAULT = "127.0.0.1"

@@ -6,7 +6,8 @@ the network — and a :class:`Fleet` task applies, between calls, what the fleet
 
 * operator trip / reset / disable, fleet-wide, signed with the fleet's command key and
   acknowledged by every process (:func:`send_command`, :func:`acknowledgements`); a trip or a
-  disable stands until reset, for a process that joins later or comes back too;
+  disable stands until reset, for a process that joins later, comes back, or registers the tool
+  later too (the newest signed command on the tool only: each carries the tool's generation);
 * the half-open probe: one process in the fleet holds the lease and probes; the others keep
   rejecting until it publishes the result, then close or re-open with it;
 * an advisory fleet OPEN: a tool opens everywhere once ``quorum`` processes (default 2) opened it
@@ -27,6 +28,7 @@ Usage::
 
 from engine.fleet.client import FleetClient
 from engine.fleet.commands import (
+    CommandConflict,
     FleetAck,
     FleetAction,
     SentCommand,
@@ -34,7 +36,14 @@ from engine.fleet.commands import (
     load_fleet_key,
     send_command,
 )
-from engine.fleet.config import KEY_FILE_ENV, FleetConfig, FleetConfigError, Secret, parse_fleet_url
+from engine.fleet.config import (
+    KEY_FILE_ENV,
+    PASSWORD_ENV,
+    FleetConfig,
+    FleetConfigError,
+    Secret,
+    parse_fleet_url,
+)
 from engine.fleet.fleet import FLEET_ACTOR, FLEET_REASON, Fleet
 from engine.fleet.keys import FleetKeys
 from engine.fleet.view import (
@@ -51,6 +60,8 @@ __all__ = [
     "FLEET_ACTOR",
     "FLEET_REASON",
     "KEY_FILE_ENV",
+    "PASSWORD_ENV",
+    "CommandConflict",
     "Fleet",
     "FleetAck",
     "FleetAction",

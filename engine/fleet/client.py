@@ -20,7 +20,8 @@ import redis.asyncio
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from engine.fleet.config import FleetConfig
+from engine.errors import one_line
+from engine.fleet.config import PASSWORD_ENV, FleetConfig
 
 Command = tuple[Any, ...]
 
@@ -33,6 +34,24 @@ UNAVAILABLE: tuple[type[Exception], ...] = (
     TimeoutError,
 )
 """Errors that say Redis cannot be used now (as opposed to a command Redis refused)."""
+
+
+def redis_problem(config: FleetConfig, error: BaseException) -> str:
+    """What ``error`` (one of :data:`UNAVAILABLE`) says about the fleet's Redis, on one line for a
+    person: credentials Redis refused are named so, with where the password came from (never it)."""
+    server = f"the fleet's Redis {config.server}"
+    detail = one_line(str(error)) or type(error).__name__
+    if not isinstance(error, redis.exceptions.AuthenticationError):
+        return f"{server} cannot be reached: {detail}"
+    if config.password is None:  # Redis's words ("HELLO must be called…") do not say so
+        return (
+            f"{server} refused the credentials: it requires a password and none was given (an owner-only"
+            f" file, password_file=PATH in the URL, or ${PASSWORD_ENV})"
+        )
+    source = {"file": f" from {config.password_file}", "environment": f" from ${PASSWORD_ENV}"}
+    user = f"user {config.username}" if config.username else "the default user"
+    given = f"{user} with the password{source.get(config.password_source, ' in the URL')}"
+    return f"{server} refused the credentials ({given}): {detail}"
 
 
 def on_asyncio() -> bool:
@@ -110,4 +129,4 @@ class FleetClient:
             sync.close()
 
 
-__all__ = ["UNAVAILABLE", "Command", "FleetClient", "on_asyncio"]
+__all__ = ["UNAVAILABLE", "Command", "FleetClient", "on_asyncio", "redis_problem"]

@@ -2,7 +2,10 @@
 
 ``redis://[user:password@]host:port/db?namespace=NAME&quorum=2&window_s=30&on_unavailable=local``
 (``rediss://`` for TLS, ``ca_file=`` for a private CA). Every other knob is a query parameter of
-the same name as the field. The password is held by :class:`Secret`: it is in no ``repr``, no
+the same name as the field. The password comes from a file (``password_file=PATH``: its owner's
+alone, like the command key), else from ``$TRIPWIRE_FLEET_PASSWORD``, else from the URL — where it
+is on the command line of the process that takes the URL, which every local user may read, so
+that is warned about once per process. It is held by :class:`Secret`: it is in no ``repr``, no
 ``str``, no log line, no event and no trace store; :attr:`FleetConfig.server` and
 :attr:`FleetConfig.safe_url` are what may be shown.
 
@@ -13,6 +16,7 @@ without one the fleet shares everything but operator commands, which it refuses.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import re
@@ -21,10 +25,17 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
-from engine.errors import TripwireError
+from engine.errors import TripwireError, one_line
+from engine.files import read_private_file
+
+log = logging.getLogger("tripwire.fleet")
 
 KEY_FILE_ENV = "TRIPWIRE_FLEET_KEY_FILE"
 """The environment variable naming the operator-command key's file when the URL names none."""
+PASSWORD_ENV = "TRIPWIRE_FLEET_PASSWORD"
+"""The environment variable holding Redis's password when the URL names no password file."""
+PASSWORD_MAX_BYTES = 4096
+PasswordSource = Literal["", "url", "file", "environment"]
 NAMESPACE_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 OnUnavailable = Literal["local", "fail_closed"]
@@ -78,6 +89,10 @@ class FleetConfig:
     fail_closed_tools: tuple[str, ...] = ()
     """With ``on_unavailable=fail_closed``: the tools forced open while Redis is away (none named: all)."""
     key_file: str | None = None
+    password_file: str | None = None
+    """The file holding Redis's password (owner-only; one trailing line break is not part of it)."""
+    password_source: PasswordSource = field(default="", compare=False)
+    """Where :attr:`password` came from ("": none)."""
     sync_ms: float = 100.0
     """How often a process reads the fleet's shared state (commands, quorum opens, probe results)
     and flushes its events: an operator's trip reaches every process within about this long."""
@@ -119,11 +134,19 @@ class FleetConfig:
     @property
     def attach_url(self) -> str:
         """:attr:`safe_url` with what a console needs besides: the key file to act with (from the
-        URL or ``$TRIPWIRE_FLEET_KEY_FILE``) and the CA file to trust — paths, not secrets, made
-        absolute so that the command works from any directory."""
+        URL or ``$TRIPWIRE_FLEET_KEY_FILE``), the CA file to trust and the password's file — paths,
+        not secrets, made absolute so that the command works from any directory. A password from
+        a file or the environment is not shown as ``***``: the command finds it there again."""
         key = self.key_path()
-        files = (("key_file", key), ("ca_file", Path(self.ca_file) if self.ca_file else None))
-        return self.safe_url + "".join(
+        password_file = Path(self.password_file) if self.password_file else None
+        files = (
+            ("key_file", key), ("ca_file", Path(self.ca_file) if self.ca_file else None),
+            ("password_file", password_file),
+        )  # fmt: skip
+        url = self.safe_url
+        if self.password_source in ("file", "environment"):
+            url = url.replace(":***@", "@", 1).replace("://@", "://", 1)
+        return url + "".join(
             f"&{name}={quote(str(path.absolute()), safe='/')}" for name, path in files if path is not None
         )
 
@@ -146,7 +169,7 @@ class FleetConfig:
 
 _INTS = {"port", "db", "quorum", "stream_maxlen", "buffer_events"}
 _FLOATS = {"window_s", "sync_ms", "heartbeat_s", "stale_s", "gone_s", "lease_ms", "timeout_ms"}
-_STRINGS = {"namespace", "key_file", "ca_file", "on_unavailable"}
+_STRINGS = {"namespace", "key_file", "ca_file", "on_unavailable", "password_file"}
 _QUERY = _INTS | _FLOATS | _STRINGS | {"fail_closed_tools"}
 
 
@@ -168,6 +191,7 @@ def parse_fleet_url(url: str, **overrides: Any) -> FleetConfig:
         values["username"] = unquote(parts.username)
     if parts.password is not None:
         values["password"] = Secret(unquote(parts.password))
+        values["password_source"] = "url"
     path = parts.path.strip("/")
     if path:
         values["db"] = path
@@ -177,7 +201,24 @@ def parse_fleet_url(url: str, **overrides: Any) -> FleetConfig:
             raise FleetConfigError(f"unknown fleet URL parameter {name!r}; known: {known}")
         values[name] = value
     values.update(overrides)
-    return _checked(values)
+    config = _checked(values)
+    if parts.password is not None:
+        _warn_password_in_url()
+    return config
+
+
+_warned = False
+
+
+def _warn_password_in_url() -> None:
+    """Once per process: a password in a URL is on a command line, which every local user may read."""
+    global _warned
+    if not _warned:
+        _warned = True
+        log.warning(
+            "tripwire: the fleet URL holds Redis's password: on a command line every local user may read it"
+            f" (ps, /proc/PID/cmdline); give it in an owner-only file (password_file=PATH) or ${PASSWORD_ENV}"
+        )
 
 
 def _checked(values: dict[str, Any]) -> FleetConfig:
@@ -197,6 +238,7 @@ def _checked(values: dict[str, Any]) -> FleetConfig:
     password = values.get("password")
     if isinstance(password, str):
         values["password"] = Secret(password)
+    _resolve_password(values)
     config = FleetConfig(**values)
     problems = []
     if not NAMESPACE_PATTERN.match(config.namespace):
@@ -217,6 +259,35 @@ def _checked(values: dict[str, Any]) -> FleetConfig:
     if problems:
         raise FleetConfigError("; ".join(problems))
     return config
+
+
+def _resolve_password(values: dict[str, Any]) -> None:
+    """The password from ``password_file``, else ``$TRIPWIRE_FLEET_PASSWORD``, unless one is given."""
+    path = values.get("password_file")
+    if values.get("password") is not None:
+        if values.get("password_source") in ("file", "environment"):
+            return  # found there already (a config checked again)
+        if path:
+            raise FleetConfigError("the password is given twice: in the URL and by password_file; give one")
+        values["password_source"] = "url"
+        return
+    if path:
+        data = read_private_file(Path(path), PASSWORD_MAX_BYTES)
+        if isinstance(data, str):
+            raise FleetConfigError(f"password_file {one_line(data)}")
+        try:
+            secret = data.decode().removesuffix("\n").removesuffix("\r")
+        except UnicodeDecodeError:
+            raise FleetConfigError(f"password_file {path} is not UTF-8 text") from None
+        if not secret:
+            raise FleetConfigError(f"password_file {path} is empty")
+        values["password"], values["password_source"] = Secret(secret), "file"
+        return
+    from_environment = os.environ.get(PASSWORD_ENV)
+    if from_environment:
+        values["password"], values["password_source"] = Secret(from_environment), "environment"
+    else:
+        values["password_source"] = ""
 
 
 def _number(name: str, value: Any, kind: type[int] | type[float]) -> int | float:
@@ -243,6 +314,7 @@ def as_config(config: FleetConfig | str) -> FleetConfig:
 
 __all__ = [
     "KEY_FILE_ENV",
+    "PASSWORD_ENV",
     "FleetConfig",
     "FleetConfigError",
     "OnUnavailable",

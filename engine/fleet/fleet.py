@@ -13,7 +13,10 @@ task that, every ``sync_ms``, makes one round trip to Redis with everything due:
 
 Joining — or back after Redis was away — a process also catches up with what stands: each tool's
 standing operator command (:mod:`engine.fleet.overrides`) and a fleet-wide open whose period is
-not over (it opens the tool for what is left of that period, read with its expiry).
+not over (it opens the tool for what is left of that period, read with its expiry). So does a tool
+registered after the process joined (``Engine.on_register``), at once with what the process knows
+— the standing commands of tools it had not registered, every fleet-wide open — and with what
+Redis holds for it on the next round trip.
 
 The half-open probe is the fleet's: each breaker gets a ``probe_gate`` that admits a probe only
 while this process holds the tool's lease (``SET NX PX``, its expiry kept beside it; renewed while
@@ -26,7 +29,6 @@ or the configured tools are forced open until it returns (``fail_closed``); eith
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import time
@@ -43,26 +45,24 @@ from anyio import current_time
 from engine.breaker import BreakerState
 from engine.errors import one_line
 from engine.events import (
-    AttemptStarted,
     BreakerClosed,
     BreakerOpened,
-    CallRejected,
-    CallSucceeded,
     Event,
     FleetRestored,
     FleetUnavailable,
 )
 from engine.fleet.client import UNAVAILABLE, Command, FleetClient
-from engine.fleet.commands import acknowledge, command_row, load_fleet_key
+from engine.fleet.commands import load_fleet_key, stored_generation
 from engine.fleet.config import FleetConfig, as_config
 from engine.fleet.health import RedisHealth
 from engine.fleet.keys import FleetKeys
 from engine.fleet.member import breaker_summary, heartbeat, this_process
-from engine.fleet.overrides import STANDING_ACTIONS, apply_standing, standing_due, standing_fields
-from engine.fleet.scripts import PROBE_RESULT, RELEASE_LEASE, RENEW_LEASE, REPORT_OPEN, SYNC
+from engine.fleet.outbox import event_entries
+from engine.fleet.overrides import STANDING_ACTIONS, standing_fields
+from engine.fleet.scripts import GENERATION_FIELD, PROBE_RESULT, RELEASE_LEASE, RENEW_LEASE, REPORT_OPEN, SYNC
+from engine.fleet.standing import OperatorState
 from engine.store.command_auth import DEFAULT_EXPIRY_S
-from engine.store.operator_commands import Acknowledgement, CommandGuard, apply_command
-from engine.store.rows import CommandRow
+from engine.store.operator_commands import Acknowledgement, CommandGuard
 
 if TYPE_CHECKING:
     from engine.engine import Engine
@@ -73,10 +73,7 @@ FLEET_REASON = "fleet: "
 """Every transition the fleet makes has a reason starting so; the fleet never reports those back."""
 FLEET_ACTOR = "fleet"
 """The actor of the fleet's own operator-like transitions (``fail_closed``)."""
-EVENTS_PER_ENTRY = 1_000
 TRANSITIONS: frozenset[type[Event]] = frozenset({BreakerOpened, BreakerClosed})
-COUNTED: frozenset[type[Event]] = frozenset({AttemptStarted, CallSucceeded, CallRejected})
-"""Events the stream carries as counts per tool, not one by one (see :meth:`Fleet._event_entries`)."""
 MAX_PENDING = 1_000
 """Reports and acknowledgements kept for Redis while it is away (the newest)."""
 _NO_KEY = (
@@ -115,10 +112,13 @@ class Fleet:
         self.client = FleetClient(self.config)
         self.health = RedisHealth(rng or random.Random())
         key = key if key is not None or not commands else load_fleet_key(self.config)
-        self._guard = (
+        guard = (
             CommandGuard(key, key_name="the fleet's command key") if commands and key is not None else None
         )
-        self._refusal = _NO_KEY if commands else _NO_COMMANDS
+        self.operator = OperatorState(
+            engine, self.keys, self.member.id, guard, _NO_KEY if commands else _NO_COMMANDS
+        )
+        """The fleet's operator commands as this process takes them."""
         self._outbox: deque[Event] = deque()
         """Filled by a direct subscriber (an append: calls pay nothing more), emptied by :meth:`tick`."""
         self._unsent: deque[Event] = deque()
@@ -138,8 +138,12 @@ class Fleet:
         """Next sync only learns the epochs: a process joining (or back) never replays old decisions."""
         self._last_command = ""
         """The last command id read ("": joining, the server picks where to start)."""
-        self._applied: dict[str, tuple[int, str]] = {}
-        """Tool → the last fleet command (id, action) this process applied on it."""
+        self._late: set[str] = set()
+        """Tools registered since the process joined: the next round trip reads what stands for them."""
+        self._to_read: list[str] = []
+        """Tools with a standing command that this process has not registered (read after joining)."""
+        self._fleet_opens: dict[str, float] = {}
+        """Tool → when its fleet-wide open period ends (engine time), as of the last round trip."""
         self._pending: list[Command] = []
         self._forced: set[str] = set()
         self._next_beat = 0.0
@@ -148,8 +152,6 @@ class Fleet:
         self.round_trips = 0
         self.commands_sent = 0
         """Redis commands sent so far (each round trip sends several): what ``bench/fleet.py`` counts."""
-        self.acknowledged: list[Acknowledgement] = []
-        """This process's acknowledgements, newest last (the last 100)."""
 
     def __repr__(self) -> str:
         return f"Fleet({self.config.safe_url}, member={self.member.id})"
@@ -158,6 +160,11 @@ class Fleet:
     def available(self) -> bool:
         """Whether Redis answers (else the process runs by ``on_unavailable``)."""
         return self.health.available
+
+    @property
+    def acknowledged(self) -> list[Acknowledgement]:
+        """This process's acknowledgements of operator commands, newest last (the last 100)."""
+        return self.operator.acknowledged
 
     def holds_lease(self, tool_id: str) -> bool:
         """Whether this process holds the fleet's probe lease for ``tool_id`` now."""
@@ -183,6 +190,7 @@ class Fleet:
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> NoReturn:
         """Share until cancelled; ready (``task_status.started``) after the first round trip."""
         self._unsubscribe = self.engine.subscribe(self._outbox.append, direct=True)
+        forget_hook = self.engine.on_register(self._registered)
         try:
             await self.tick()
             task_status.started()
@@ -190,6 +198,7 @@ class Fleet:
                 await anyio.sleep(self.config.sync_ms / 1000.0)
                 await self.tick()
         finally:
+            forget_hook()
             self._unsubscribe()
             held = list(self._leases)
             self._lift_gates()
@@ -203,7 +212,7 @@ class Fleet:
         if not self.health.available:
             return
         self._unsent.extend(self._drain())
-        commands = [*self._pending, *self._event_entries(list(self._unsent))]
+        commands = [*self._pending, *self.operator.pending, *self._event_entries(list(self._unsent))]
         # A lease it holds is freed: the others need not wait for its expiry to probe.
         commands += [("EVAL", RELEASE_LEASE, 1, self.keys.lease(t), self.member.id) for t in held]
         commands += [("ZREM", self.keys.members, self.member.id), ("DEL", self.keys.member(self.member.id))]
@@ -229,7 +238,8 @@ class Fleet:
         if self._unsent:  # what an earlier round trip could not send goes first
             batch = [*self._unsent, *fresh]
             self._unsent.clear()
-        plan: list[tuple[Command, Handler | None]] = [(c, None) for c in self._pending]
+        answers = list(self.operator.pending)  # a tool registered during the round trip adds more
+        plan: list[tuple[Command, Handler | None]] = [(c, None) for c in [*self._pending, *answers]]
         plan += [(c, None) for c in self._event_entries(batch)]
         if now >= self._next_beat:
             beat = heartbeat(
@@ -240,8 +250,12 @@ class Fleet:
         plan += self._lease_attempts(now)
         tools = list(self.engine.tool_ids)
         joining = self._baseline
+        late = self._late & set(tools)
         plan.append(
-            (self._sync_command(tools, joining), lambda reply: self._apply_sync(tools, reply, joining))
+            (
+                self._sync_command(tools, joining, late),
+                lambda reply: self._apply_sync(tools, reply, joining, late),
+            )
         )
         try:
             replies = await self.client.execute(*(command for command, _ in plan))
@@ -256,6 +270,7 @@ class Fleet:
         self.round_trips += 1
         self.commands_sent += len(plan)
         self._pending = []
+        del self.operator.pending[: len(answers)]
         if now >= self._next_beat:
             self._next_beat = now + self.config.heartbeat_s
         down_s = self.health.succeeded(permit, time.monotonic())
@@ -264,6 +279,8 @@ class Fleet:
         for (_, handle), reply in zip(plan, replies, strict=True):
             if handle is not None:
                 handle(reply)
+        if self._to_read:
+            await self._read_standing()
 
     # --- what happened here --------------------------------------------------------------
 
@@ -300,38 +317,20 @@ class Fleet:
         keys = self.keys
         window_ms = max(int(self.config.window_s * 1000), 1)
         return (
-            "EVAL", REPORT_OPEN, 4, keys.opens(tool), keys.tool(tool), keys.quorum(tool),
-            keys.fleet_open(tool), self.member.id, window_ms, self.config.quorum, self._open_ms(tool),
+            "EVAL", REPORT_OPEN, 5, keys.opens(tool), keys.tool(tool), keys.quorum(tool),
+            keys.fleet_open(tool), keys.fleet_opens, self.member.id, window_ms, self.config.quorum,
+            self._open_ms(tool), tool,
         )  # fmt: skip
 
     def _probe_result(self, tool: str, outcome: str) -> Command:
         keys = self.keys
         return (
-            "EVAL", PROBE_RESULT, 5, keys.lease(tool), keys.tool(tool), keys.opens(tool), keys.quorum(tool),
-            keys.fleet_open(tool), self.member.id, outcome, self._open_ms(tool),
+            "EVAL", PROBE_RESULT, 6, keys.lease(tool), keys.tool(tool), keys.opens(tool), keys.quorum(tool),
+            keys.fleet_open(tool), keys.fleet_opens, self.member.id, outcome, self._open_ms(tool), tool,
         )  # fmt: skip
 
     def _event_entries(self, batch: list[Event]) -> list[Command]:
-        """Stream entries for ``batch``: every event in full (``Event.to_dict``) but the success
-        path's and rejections, which are counted per tool: encoding each would cost more than the
-        call itself (bench/fleet.py), and the console sums them anyway."""
-        entries: list[Command] = []
-        for start in range(0, len(batch), EVENTS_PER_ENTRY):
-            full: list[dict[str, Any]] = []
-            counts: dict[str, dict[str, int]] = {}
-            for event in batch[start : start + EVENTS_PER_ENTRY]:
-                if type(event) in COUNTED:
-                    per_tool = counts.setdefault(event.event_type, {})
-                    tool = event.tool_id  # type: ignore[attr-defined]  # every counted type is a ToolEvent
-                    per_tool[tool] = per_tool.get(tool, 0) + 1
-                else:
-                    full.append(event.to_dict())
-            entries.append((
-                "XADD", self.keys.events, "MAXLEN", "~", self.config.stream_maxlen, "*",
-                "member", self.member.id, "events", json.dumps(full, default=str, separators=(",", ":")),
-                "counts", json.dumps(counts, separators=(",", ":")),
-            ))  # fmt: skip
-        return entries
+        return event_entries(self.keys, self.member.id, self.config.stream_maxlen, batch)
 
     def _trim(self) -> None:
         """Keep at most ``buffer_events`` events for the stream (the oldest go first) and a bounded
@@ -341,6 +340,7 @@ class Fleet:
             self._unsent.popleft()
         self.events_dropped += max(excess, 0)
         del self._pending[:-MAX_PENDING]
+        del self.operator.pending[:-MAX_PENDING]
 
     def _half_open_due(self) -> None:
         """Half-open the breakers whose open period is over (announced): with a probe gate a
@@ -365,8 +365,8 @@ class Fleet:
 
         return may_probe
 
-    def _install_gates(self) -> None:
-        for tool in list(self.engine.tool_ids):
+    def _install_gates(self, tools: list[str] | None = None) -> None:
+        for tool in list(self.engine.tool_ids) if tools is None else tools:
             breaker = self.engine.breaker(tool)
             if breaker.probe_gate is None:
                 gate = self._gates.get(tool) or self._gates.setdefault(tool, self._gate(tool))
@@ -418,50 +418,106 @@ class Fleet:
 
     # --- what happened elsewhere ---------------------------------------------------------
 
-    def _sync_command(self, tools: list[str], joining: bool) -> Command:
+    def _sync_command(self, tools: list[str], joining: bool, late: set[str]) -> Command:
         keys = self.keys
+        standing = "".join("1" if joining or t in late else "0" for t in tools)
         return (
-            "EVAL", SYNC, 1 + 4 * len(tools), keys.commands,
+            "EVAL", SYNC, 3 + 4 * len(tools), keys.commands, keys.fleet_opens, keys.standing,
             *(keys.tool(t) for t in tools), *(keys.lease(t) for t in tools),
             *(keys.fleet_open(t) for t in tools), *(keys.override(t) for t in tools),
-            self._last_command, len(tools), int(joining), int(DEFAULT_EXPIRY_S * 1000),
+            self._last_command, len(tools), standing, int(DEFAULT_EXPIRY_S * 1000), int(joining),
         )  # fmt: skip
 
-    def _apply_sync(self, tools: list[str], reply: Any, joining: bool) -> None:
-        _, _, commands, states, start = reply
+    def _apply_sync(self, tools: list[str], reply: Any, joining: bool, late: set[str]) -> None:
+        now_ms, _, commands, states, start, opens, standing_tools = reply
         # Stream ids start with the server's time in ms: after Redis restarted empty, new commands
         # still come after the last id read, so nothing is missed.
         self._last_command = self._last_command or str(start)
+        self._note_fleet_opens(int(now_ms), opens)
+        generations = {t: stored_generation(state[8]) for t, state in zip(tools, states, strict=True)}
+        standing = {standing_fields(state[7]).get("id", "") for state in states} - {""}
         for entry_id, flat in commands:
             self._last_command = str(entry_id)
-            self._apply_command(dict(zip(flat[::2], flat[1::2], strict=True)))
+            self.operator.take_command(dict(zip(flat[::2], flat[1::2], strict=True)), generations, standing)
         if self._baseline and not joining:
             return  # back during this round trip: the next one re-joins, standing state and all
         self._baseline = False
+        self._late -= late
         for tool, state in zip(tools, states, strict=True):
             if tool not in self.engine.tool_ids:
                 continue  # unregistered during the round trip
+            joined = "this process joined" if joining else "it was registered" if tool in late else ""
             try:
-                self._apply_tool(tool, state, joining)
+                self._apply_tool(tool, state, joined)
+                self.operator.check_published(tool, generations[tool])
             except (TypeError, ValueError) as exc:  # a value nobody of ours wrote: no opinion
-                log.warning("fleet: unreadable shared state of %r skipped: %s", tool, one_line(repr(exc)))
+                log.warning(
+                    "fleet: unreadable shared state of %s skipped: %s", one_line(tool), one_line(repr(exc))
+                )
         if joining:
+            self._to_read = [str(t) for t in standing_tools or [] if t not in self.engine.tool_ids]
             self._release_forced()
 
-    def _apply_tool(self, tool: str, state: Any, joining: bool) -> None:
-        open_epoch, open_count, probe_epoch, outcome, by, holder, open_ms, standing = state
+    def _note_fleet_opens(self, now_ms: int, flat: Any) -> None:
+        """Every fleet-wide open, as when its period ends here: for the tools registered later."""
+        items = list(flat or [])
+        now = current_time()
+        opens = {}
+        for tool, ends_ms in zip(items[::2], items[1::2], strict=False):
+            try:
+                opens[str(tool)] = now + (float(ends_ms) - now_ms) / 1000.0
+            except ValueError:  # a value nobody of ours wrote: no opinion
+                continue
+        self._fleet_opens = opens
+
+    async def _read_standing(self) -> None:
+        """Read, after joining, the standing commands of the tools this process has not registered:
+        they stand for each when it is registered (one more round trip, when joining only)."""
+        tools, self._to_read = self._to_read, []
+        keys = self.keys
+        commands: list[Command] = [("HGETALL", keys.override(t)) for t in tools]
+        commands += [("HGET", keys.tool(t), GENERATION_FIELD) for t in tools]
+        try:
+            replies = await self.client.execute(*commands)
+        except FAILURES as exc:  # each is read again when it is registered
+            log.warning(
+                "fleet: could not read the standing commands of unregistered tools: %s", one_line(str(exc))
+            )
+            return
+        for tool, record, generation in zip(tools, replies[: len(tools)], replies[len(tools) :], strict=True):
+            if tool not in self.engine.tool_ids:  # else registered meanwhile: read as late since
+                self.operator.wait(tool, standing_fields(record), stored_generation(generation))
+
+    def _registered(self, tool: str) -> None:
+        """``tool`` was registered after the process joined: what the fleet is known to hold for it
+        applies at once (its standing command, a fleet-wide open); Redis is read for it next."""
+        self._late.add(tool)
+        if self.health.available:
+            self._install_gates([tool])  # the probe is the fleet's from the start
+        self.operator.registered(tool)
+        left_s = self._fleet_opens.get(tool, 0.0) - current_time()
+        if left_s > 0 and self.engine.breaker(tool).state is BreakerState.CLOSED:
+            reason = (
+                f"{FLEET_REASON}open fleet-wide when it was registered; {left_s:.1f}s of its open period left"
+            )
+            self._open_with_fleet(tool, reason, int(left_s * 1000))
+
+    def _apply_tool(self, tool: str, state: Any, joined: str) -> None:
+        """Apply what the round trip read for ``tool``; ``joined`` says when the process or the tool
+        joined the fleet with this round trip ("": earlier, only what is new is applied)."""
+        open_epoch, open_count, probe_epoch, outcome, by, holder, open_ms, standing, generation = state
         opened, probed, left_ms = int(open_epoch), int(probe_epoch), int(open_ms)  # before any change
         if holder != self.member.id:
             self._leases.pop(tool, None)
         seen_open, seen_probe = self._seen_open.get(tool), self._seen_probe.get(tool)
         self._seen_open[tool], self._seen_probe[tool] = opened, probed
-        if joining:  # epochs learnt, nothing replayed (a vanished key reads 0: learnt too)...
-            self._take_standing(tool, standing_fields(standing))
+        if joined:  # epochs learnt, nothing replayed (a vanished key reads 0: learnt too)...
+            self.operator.take_standing(tool, standing_fields(standing), stored_generation(generation))
             if left_ms > 0 and self.engine.breaker(tool).state is BreakerState.CLOSED:
                 # ...but what stands is caught up with: the fleet's open period is not over.
                 self._open_with_fleet(
                     tool,
-                    f"{FLEET_REASON}open fleet-wide when this process joined ({open_count} processes "
+                    f"{FLEET_REASON}open fleet-wide when {joined} ({open_count} processes "
                     f"opened it within {self.config.window_s:g}s, quorum {self.config.quorum}); "
                     f"{left_ms / 1000:.1f}s of its open period left",
                     left_ms,
@@ -491,57 +547,14 @@ class Fleet:
             # re-plans from this when the opening wakes it.
             self.engine.breaker(tool).half_open_at = current_time() + left_ms / 1000.0
 
-    def _take_standing(self, tool: str, fields: dict[str, str]) -> None:
-        """Apply ``tool``'s standing operator command, if it is due here."""
-        if not fields:
-            return  # none, or a vanished record: no opinion
-        try:
-            command = command_row(fields)
-        except (KeyError, ValueError) as exc:
-            log.warning("fleet: unreadable standing command of %r skipped: %s", tool, one_line(repr(exc)))
-            return
-        if command.tool_id != tool:
-            return  # filed under another tool's key: not this tool's
-        if not standing_due(command, self.engine.breaker(tool).state, self._applied.get(tool)):
-            return
-        now = self.engine.wall_clock()
-        if self._guard is None:
-            ack = Acknowledgement(command.id, "refused", self._refusal, now)
-        else:
-            ack = apply_standing(self.engine, command, self._guard, now)
-        self._acknowledge(command, ack, "standing ")
-
-    def _apply_command(self, fields: dict[str, str]) -> None:
-        try:
-            command = command_row(fields)
-        except (KeyError, ValueError) as exc:
-            log.warning("fleet: unreadable operator command skipped: %s", one_line(repr(exc)))
-            return
-        if self._applied.get(command.tool_id, (None, ""))[0] == command.id:
-            return  # applied already, as the tool's standing command
-        if self._guard is None:
-            ack = Acknowledgement(command.id, "refused", self._refusal, self.engine.wall_clock())
-        else:
-            ack = apply_command(self.engine, command, self._guard)
-        self._acknowledge(command, ack)
-
-    def _acknowledge(self, command: CommandRow, ack: Acknowledgement, kind: str = "") -> None:
-        if ack.status == "applied":
-            self._applied[command.tool_id] = (command.id, command.action)
-        level = logging.INFO if ack.status == "applied" else logging.WARNING
-        log.log(level, "fleet %scommand %d (%s %s): %s %s", kind, ack.command_id, command.action,
-                command.tool_id, ack.status, ack.result)  # fmt: skip
-        self.acknowledged = [*self.acknowledged[-99:], ack]
-        self._pending += acknowledge(self.keys, self.member.id, ack)
-
     # --- Redis away and back -------------------------------------------------------------
 
     def _release_forced(self) -> None:
         """Reset the tools forced open while Redis was away, but those the fleet's operators
         tripped or disabled meanwhile (their standing command was just applied)."""
         for tool in sorted(self._forced):
-            applied = self._applied.get(tool)
-            if applied is not None and applied[1] in STANDING_ACTIONS:
+            applied = self.operator.applied.get(tool)
+            if applied is not None and applied.action in STANDING_ACTIONS:
                 continue
             if tool in self.engine.tool_ids and self.engine.breaker(tool).state is BreakerState.FORCED_OPEN:
                 self.engine.reset(tool, actor=FLEET_ACTOR, reason=f"{FLEET_REASON}Redis is back")

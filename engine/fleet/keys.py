@@ -12,12 +12,15 @@ key                      type        holds
 ``commands``             stream      signed operator commands (capped)
 ``acks:<command id>``    hash        member id → its acknowledgement (TTL one hour)
 ``events``               stream      batches of events, one entry per flush (capped)
-``tool:<tool>``          hash        open_epoch, open_count, probe_epoch, probe_outcome, probe_by
+``tool:<tool>``          hash        open_epoch, open_count, probe_epoch, probe_outcome, probe_by,
+                                     command_generation (of the last command on the tool)
 ``opens:<tool>``         sorted set  member id → when it opened the tool (server ms; TTL window)
 ``quorum:<tool>``        string      set while a fleet-wide open stands (TTL window)
 ``lease:<tool>``         string      the member holding the half-open probe lease (TTL lease_ms)
 ``fleet_open:<tool>``    string      set while the fleet-wide open period lasts (TTL: that period)
+``fleet_opens``          sorted set  tool → when its fleet-wide open period ends (server ms)
 ``override:<tool>``      hash        the fleet's last operator command on the tool, signed (no TTL)
+``standing``             set         the tools with an ``override:<tool>``
 =======================  ==========  ======================================================
 """
 
@@ -71,6 +74,14 @@ class FleetKeys:
 
     def override(self, tool_id: str) -> str:
         return self.prefix + "override:" + tool_id
+
+    @property
+    def fleet_opens(self) -> str:
+        return self.prefix + "fleet_opens"
+
+    @property
+    def standing(self) -> str:
+        return self.prefix + "standing"
 
 
 __all__ = ["FleetKeys"]

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
+from engine.errors import one_line
 from engine.fleet import FleetConfig, FleetConfigError, FleetKeys, Secret, fold_fleet, parse_fleet_url
+from engine.fleet import config as config_module
+from engine.fleet.config import with_settings
 
 
 def test_a_fleet_url_parses_and_never_shows_its_password() -> None:
@@ -105,3 +110,59 @@ def test_a_record_nobody_of_ours_wrote_is_no_opinion() -> None:
         "p", 1000.0, {"x": 900.0}, {"x": {"breakers": "not json", "pid": "?"}}, {}, stale_s=5, gone_s=30
     )
     assert view.member("x").breakers == {} and view.member("x").pid == 0 and view.tools == {}
+
+
+def test_the_password_comes_from_an_owner_only_file_or_the_environment_never_shown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TRIPWIRE_FLEET_PASSWORD", raising=False)
+    secret = tmp_path / "redis password"
+    secret.write_text("hunter2!\n")
+    secret.chmod(0o600)
+    config = parse_fleet_url(f"redis://ops@h:1/0?namespace=n&password_file={secret}")
+    assert config.password == Secret("hunter2!") and config.password_source == "file"
+    assert config.safe_url == "redis://ops:***@h:1/0?namespace=n"
+    assert config.attach_url == f"redis://ops@h:1/0?namespace=n&password_file={quote(str(secret))}"
+    assert parse_fleet_url(config.attach_url).password == Secret("hunter2!")  # the command works
+    assert with_settings(config, quorum=3).password == Secret("hunter2!")
+
+    monkeypatch.setenv("TRIPWIRE_FLEET_PASSWORD", "from-env")
+    from_env = parse_fleet_url("redis://h:1/0?namespace=n")
+    assert from_env.password == Secret("from-env") and from_env.password_source == "environment"
+    assert "from-env" not in from_env.attach_url + repr(from_env)
+    assert parse_fleet_url(f"redis://h/0?password_file={secret}").password == Secret("hunter2!")  # file first
+
+    secret.chmod(0o640)
+    for url, problem in (
+        (f"redis://h/0?password_file={secret}", f"password_file {secret} is open to others (mode 0640)"),
+        (f"redis://:pw@h/0?password_file={secret}", "the password is given twice"),
+        (f"redis://h/0?password_file={tmp_path}/none", f"password_file {tmp_path}/none does not exist"),
+    ):
+        with pytest.raises(FleetConfigError) as refused:
+            parse_fleet_url(url)
+        assert str(refused.value).startswith(problem) and "hunter2" not in str(refused.value)
+
+
+def test_a_password_in_the_url_is_warned_about_once_per_process(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(config_module, "_warned", False)
+    caplog.set_level(logging.WARNING, logger="tripwire.fleet")
+    parse_fleet_url("redis://h/0?namespace=n")
+    assert caplog.records == []
+    for _ in range(3):
+        parse_fleet_url("redis://:hunter2@h/0?namespace=n")
+    (warning,) = caplog.records
+    assert warning.getMessage().startswith(
+        "tripwire: the fleet URL holds Redis's password: on a command line"
+    )
+    assert "password_file=PATH" in warning.getMessage() and "hunter2" not in warning.getMessage()
+
+
+def test_a_value_from_outside_is_shown_on_one_line_its_control_characters_escaped() -> None:
+    assert one_line("a\nb\r\nc\rd") == "a\\nb\\nc\\nd"
+    assert (
+        one_line("cursor up\x1b[1A, bell\x07, nul\x00, c1\x9b")
+        == "cursor up\\x1b[1A, bell\\x07, nul\\x00, c1\\x9b"
+    )
+    assert one_line("tab\tstays") == "tab\tstays"

@@ -283,6 +283,11 @@ async def test_a_vanished_key_is_no_opinion_and_the_fleet_goes_on(
         await open_on(a)
         await open_on(b)
         await eventually(lambda: c.state() is BreakerState.OPEN, "the first fleet open")
+        # Every process has seen it: a round trip still under way would bring the old epoch back.
+        due = {node: node.fleet.round_trips + 2 for node in (a, b, c)}
+        await eventually(
+            lambda: all(n.fleet.round_trips >= r for n, r in due.items()), "two more round trips"
+        )
         with redis_server.client() as r:  # every shared key of the namespace vanishes
             r.delete(*r.keys(keys.prefix + "*"))
         for node in (a, b, c):
