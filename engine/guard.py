@@ -21,6 +21,7 @@ import logging
 import random
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -63,7 +64,7 @@ from engine.handler import (
     HandlerLike,
     as_handler,
 )
-from engine.invoke import invoke, invoke_injected
+from engine.invoke import Attempt, WorkerThreads, invoke, invoke_injected
 from engine.kinds import ErrorClass, ErrorKind
 from engine.metrics import MetricsRegistry
 from engine.redaction import RedactionPolicy
@@ -105,6 +106,8 @@ class CallGuard:
         """Applied where events are made: every consumer of an event sees the same redacted value."""
         self.metrics = MetricsRegistry()
         self.timeouts = TimeoutSupervisor()
+        self.threads = WorkerThreads()
+        """Plain-function attempts running in worker threads: what a stopping process leaves behind."""
         self.clock: Callable[[], float] = current_time
         """Engine time: ``anyio.current_time``, or the same clock read directly while the engine runs."""
         self._new_scope: Callable[[], CancelScope] = CancelScope
@@ -244,12 +247,12 @@ class CallGuard:
             try:
                 with scope:
                     try:
-                        if fault is not None:
-                            value = await invoke_injected(fault, tool, args, opening_stream)
-                        elif tool.is_async:
+                        if fault is None and tool.is_async:  # the hot path
                             value = await tool.fn(**args)
-                        else:  # plain or streaming
-                            value = await invoke(tool, args, opening_stream)
+                        else:  # a fault, a stream, or a plain function (listed while its thread runs)
+                            this = Attempt(tool_id, call_id, turn_id, attempt)
+                            how = invoke if fault is None else partial(invoke_injected, fault)
+                            value = await how(tool, args, opening_stream, threads=self.threads, attempt=this)
                     except Exception as exc:
                         error = exc
                     except BaseException as exc:

@@ -364,7 +364,12 @@ def fleet_act_command(
                 return FleetOutcome(sent.id, expected, was, acks, stale)
             await anyio.sleep(ACK_POLL_S)
 
-    outcome = _on_fleet(config, act)
+    from engine.fleet import CommandConflict  # start-up: a fleet's, loaded already by _fleet_config
+
+    try:
+        outcome = _on_fleet(config, act)
+    except CommandConflict as exc:  # others kept commanding the tool: nothing was sent
+        return _answer(action, tool_id, reason, as_json, status="refused", why=str(exc))
     return fleet_answer(action, tool_id, reason, wait_s, outcome, as_json)
 
 

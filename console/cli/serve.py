@@ -21,7 +21,7 @@ from anyio import CancelScope
 from anyio.abc import TaskStatus
 
 from console.cli.run import warn_refused
-from console.cli.stuck_calls import WorkerCalls, leave_stuck_calls
+from console.cli.stuck_calls import leave_stuck_calls
 from console.extras import requires_extra
 from console.host import Workload, driven_engine
 from console.usage import UsageError
@@ -45,7 +45,6 @@ def serve_command(args: argparse.Namespace, retention: RetentionPolicy) -> int:
     engine, workload, _ = driven_engine(manifests, scenario=scenario, workload=args.workload, record=True)
     assert workload is not None  # a scenario, when not a workload of yours
     warn_refused(engine)
-    in_threads = WorkerCalls(engine)  # a stop does not wait for calls stuck in worker threads
     try:
         with _served_metrics(engine, metrics_port, metrics_addr), TraceStore(args.traces) as store:
             # The command key (made beside the store if there is none): a key others may read is
@@ -69,7 +68,8 @@ def serve_command(args: argparse.Namespace, retention: RetentionPolicy) -> int:
                 recorder.close()
     finally:
         engine.close()
-    leave_stuck_calls(in_threads, status)  # everything written: calls still running are left behind
+    # Everything written: calls still running in worker threads are named and left behind.
+    leave_stuck_calls(engine, status, who="tripwire serve")
     return status
 
 

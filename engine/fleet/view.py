@@ -15,6 +15,7 @@ from typing import Any, Literal
 from engine.fleet.client import FleetClient
 from engine.fleet.config import FleetConfig, as_config
 from engine.fleet.keys import FleetKeys
+from engine.liveness import judge
 
 MemberStatus = Literal["live", "stale", "gone"]
 
@@ -92,11 +93,9 @@ def fold_fleet(
         record = records.get(member_id) or {}
         beat_ms = float(record.get("beat") or beats[member_id])
         age_s = max(now_ms - beat_ms, 0.0) / 1000.0
-        status: MemberStatus = "live"
-        if not record or age_s >= gone_s:
-            status = "gone"
-        elif age_s >= stale_s:
-            status = "stale"
+        # An expired record is a process gone; otherwise its heartbeat's age decides (engine.liveness).
+        judged = judge(age_s, stale_after_s=stale_s, gone_after_s=gone_s) if record else "gone"
+        status: MemberStatus = "live" if judged == "live" else "stale" if judged == "stale" else "gone"
         breakers = _breakers(record.get("breakers"))
         members.append(
             MemberView(

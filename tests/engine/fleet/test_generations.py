@@ -11,13 +11,16 @@ import logging
 import os
 import time
 from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import NoReturn
 
 import anyio
 import pytest
 from anyio import current_time
 
+from console.cli import main
 from engine import BreakerState, Engine
-from engine.fleet import Fleet, FleetClient, parse_fleet_url, send_command
+from engine.fleet import CommandConflict, Fleet, FleetClient, parse_fleet_url, send_command
 from engine.fleet.keys import FleetKeys
 from tests.engine.conftest import new_engine, recorded
 from tests.engine.fleet.conftest import RedisServer, eventually
@@ -234,3 +237,34 @@ async def test_a_forged_command_is_logged_on_one_line_whatever_its_fields_hold(
         assert "\n" not in line and "\r" not in line and "\x1b" not in line, line
     assert refused[0].startswith("fleet command 1 (trip\\nfleet command 1 (trip other): applied")
     assert "\\x1b[2K" in refused[0]
+
+
+async def test_the_command_line_says_so_on_one_line_when_others_kept_taking_the_generation(
+    redis_server: RedisServer,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``send_command`` gives up after SEND_ATTEMPTS conflicts: ``tripwire breaker`` refuses (exit 1)
+    on one line, never a traceback."""
+    ns = namespace(request)
+    key_file = tmp_path / "fleet.key"
+    key_file.write_bytes(os.urandom(32))
+    key_file.chmod(0o600)
+    url = redis_server.url(ns, key_file=key_file, **FAST)
+
+    async def conflicted(*_: object, **__: object) -> NoReturn:
+        raise CommandConflict("trip lookup: other commands on it took its generation 5 times in a row")
+
+    async with AsyncExitStack() as stack:
+        node = await join(stack, await new_engine(*manifests()), url, key_file.read_bytes())
+        await round_trips(node, 2)
+        monkeypatch.setattr("engine.fleet.send_command", conflicted)
+        status = await anyio.to_thread.run_sync(
+            main, ["breaker", "trip", "lookup", "--attach", url, "--reason", "maint"]
+        )
+    assert status == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    conflict = "other commands on it took its generation 5 times in a row"
+    assert line == f"tripwire: trip lookup: refused: trip lookup: {conflict}"
