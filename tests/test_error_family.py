@@ -63,9 +63,10 @@ PROVIDER_LOOK_ALIKES = {
     "RemoteProtocolError",
 }
 
-TOOL_SIDE = {"MCPToolError"}
-"""Raised for a tool's own failure (an MCP ``isError`` result), for the classifier to read as any
-tool's error text: not the library's error, so not a TripwireError."""
+TOOL_SIDE = {"MCPToolError", "MCPErrorResult"}
+"""Raised for a tool's own failure (an MCP ``isError`` result, or pydantic-ai's MCP toolset's word
+for one), for the classifier to read as any tool's error text: not the library's error, so not a
+TripwireError."""
 
 ISSUES = [ConfigIssue("tools.yaml", 3, "retry_policy", "must be a mapping")]
 BUILDERS: dict[str, Callable[[Any], BaseException]] = {
