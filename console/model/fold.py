@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from console.model.event_log import EVENTS_KEPT, EventRow, event_row
@@ -17,6 +18,7 @@ from engine.events import (
     AlternativeUsed,
     AttemptFailed,
     AttemptStarted,
+    BreakerRestored,
     BreakerTransitioned,
     CallEscalated,
     CallFailed,
@@ -362,7 +364,11 @@ def _breaker(m: ConsoleModel, e: BreakerTransitioned, c: Changes) -> None:
     closed = e.to_state is BreakerState.CLOSED
     view.state, view.consecutive_failures = e.to_state, 0 if closed else e.consecutive_failures
     view.half_open_at = e.half_open_at if e.to_state is BreakerState.OPEN else None
-    view.history.append(Transition(e.t, e.at, e.from_state, e.to_state, e.actor, e.reason))
+    reason = e.reason
+    if type(e) is BreakerRestored:  # the operator's words, and that a restart put them back
+        set_at = f"{datetime.fromtimestamp(e.set_at):%H:%M:%S}" if isinstance(e.set_at, float | int) else "?"
+        reason = f"restored on restart (set {set_at}){': ' if e.reason else ''}{e.reason}"
+    view.history.append(Transition(e.t, e.at, e.from_state, e.to_state, e.actor, reason))
     if e.to_state is BreakerState.OPEN:
         view.metrics.on_breaker_opened(e.t)
     c.tools.add(e.tool_id)

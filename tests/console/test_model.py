@@ -81,7 +81,11 @@ def test_a_restarted_engine_replaces_the_board_with_its_own_tools_as_they_stood(
     )  # fmt: skip
     before.apply([restored])
     assert tools["hotel_search"].state is BreakerState.FORCED_OPEN
-    assert tools["hotel_search"].history[-1].actor == "operator:alice@h"
+    restored_row = tools["hotel_search"].history[-1]
+    assert restored_row.actor == "operator:alice@h"
+    assert restored_row.reason.startswith("restored on restart (set ") and restored_row.reason.endswith(
+        "): maint"
+    )
 
 
 def test_seeds_give_every_tool_its_breaker_and_manifest_before_any_event() -> None:
