@@ -35,7 +35,7 @@ from tests.engine.fleet.test_fleet import (
     namespace,
     open_on,
 )
-from tests.engine.fleet.test_standing import join
+from tests.engine.fleet.test_standing import join, on_fleet
 
 pytestmark = pytest.mark.anyio
 
@@ -99,14 +99,8 @@ async def test_each_command_on_a_tool_takes_the_next_generation_even_when_sender
 async def test_a_standing_record_that_is_not_the_newest_signed_state_is_refused(
     redis_server: RedisServer, request: pytest.FixtureRequest
 ) -> None:
-    key = os.urandom(32)
-    ns = namespace(request)
-    url = redis_server.url(ns, **FAST)
-    keys = FleetKeys(ns)
-    engines = [await new_engine(*manifests()) for _ in range(4)]
-    client = FleetClient(parse_fleet_url(url))
-    async with AsyncExitStack() as stack:
-        stack.push_async_callback(client.aclose)
+    async with on_fleet(redis_server, request, 4) as on:
+        key, url, keys, engines, client, stack = on
         a = await join(stack, engines[0], url, key)
         trip = await send_command(client, "trip", "lookup", key=key, reason="old incident")
         await send_command(client, "reset", "lookup", key=key)
@@ -138,14 +132,8 @@ async def test_a_standing_record_that_is_not_the_newest_signed_state_is_refused(
 async def test_a_tool_registered_after_the_process_joined_takes_what_stands_when_it_is_registered(
     redis_server: RedisServer, request: pytest.FixtureRequest
 ) -> None:
-    key = os.urandom(32)
-    ns = namespace(request)
-    url = redis_server.url(ns, **FAST)
-    keys = FleetKeys(ns)
-    engines = [await new_engine(*manifests()) for _ in range(3)]
-    client = FleetClient(parse_fleet_url(url))
-    async with AsyncExitStack() as stack:
-        stack.push_async_callback(client.aclose)
+    async with on_fleet(redis_server, request, 3) as on:
+        key, url, keys, engines, client, stack = on
         a = await join(stack, engines[0], url, key)
         c = await join_with(stack, engines[2], url, key, "search")  # lookup comes later
         await send_command(client, "trip", "lookup", key=key, reason="maintenance")
@@ -188,14 +176,8 @@ async def test_a_tool_registered_within_a_fleet_wide_open_is_open_for_the_rest_o
 async def test_the_standing_state_is_published_again_when_redis_lost_it(
     own_redis: RedisServer, request: pytest.FixtureRequest
 ) -> None:
-    key = os.urandom(32)
-    ns = namespace(request)
-    url = own_redis.url(ns, **FAST)
-    keys = FleetKeys(ns)
-    engines = [await new_engine(*manifests()) for _ in range(3)]
-    client = FleetClient(parse_fleet_url(url))
-    async with AsyncExitStack() as stack:
-        stack.push_async_callback(client.aclose)
+    async with on_fleet(own_redis, request, 3) as on:
+        key, url, keys, engines, client, stack = on
         a, b = [await join(stack, e, url, key) for e in engines[:2]]
         trip = await send_command(client, "trip", "lookup", key=key, reason="incident 9")
         await eventually(

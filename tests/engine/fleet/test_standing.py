@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import os
 import time
-from contextlib import AsyncExitStack
-from typing import Any
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any, NamedTuple
 
 import anyio
 import pytest
@@ -40,6 +41,31 @@ async def join(stack: AsyncExitStack, engine: Engine, url: str, key: bytes | Non
     return Node(engine, fleet, service, events)
 
 
+class OnFleet(NamedTuple):
+    key: bytes
+    url: str
+    keys: FleetKeys
+    engines: list[Engine]
+    client: FleetClient
+    stack: AsyncExitStack
+
+
+@asynccontextmanager
+async def on_fleet(
+    server: RedisServer, request: pytest.FixtureRequest, count: int, **params: object
+) -> AsyncIterator[OnFleet]:
+    """A fleet key, this test's namespace on ``server`` (its URL with ``params``), ``count`` engines
+    (made first: see ``fleet_of``), a client and a stack, all closed as the block ends."""
+    key = os.urandom(32)
+    ns = namespace(request)
+    url = server.url(ns, **FAST, **params)
+    engines = [await new_engine(*manifests()) for _ in range(count)]
+    client = FleetClient(parse_fleet_url(url))
+    async with AsyncExitStack() as stack:
+        stack.push_async_callback(client.aclose)
+        yield OnFleet(key, url, FleetKeys(ns), engines, client, stack)
+
+
 class Partition:
     """Cuts one process off Redis (its round trips fail as a dead Redis's would) while Redis and
     the others go on."""
@@ -59,14 +85,8 @@ class Partition:
 async def test_a_standing_trip_and_disable_reach_a_process_that_joins_later_until_reset(
     redis_server: RedisServer, request: pytest.FixtureRequest
 ) -> None:
-    key = os.urandom(32)
-    ns = namespace(request)
-    url = redis_server.url(ns, **FAST)
-    keys = FleetKeys(ns)
-    engines = [await new_engine(*manifests()) for _ in range(3)]
-    client = FleetClient(parse_fleet_url(url))
-    async with AsyncExitStack() as stack:
-        stack.push_async_callback(client.aclose)
+    async with on_fleet(redis_server, request, 3) as on:
+        key, url, keys, engines, client, stack = on
         a = await join(stack, engines[0], url, key)
         trip = await send_command(client, "trip", "lookup", key=key, reason="maintenance")
         disable = await send_command(client, "disable", "search", key=key, reason="flaky checks")
@@ -101,14 +121,8 @@ async def test_a_standing_trip_and_disable_reach_a_process_that_joins_later_unti
 async def test_a_process_back_after_redis_was_away_takes_the_standing_state_it_missed(
     redis_server: RedisServer, request: pytest.FixtureRequest
 ) -> None:
-    key = os.urandom(32)
-    ns = namespace(request)
-    url = redis_server.url(ns, **FAST)
-    keys = FleetKeys(ns)
-    engines = [await new_engine(*manifests()) for _ in range(2)]
-    client = FleetClient(parse_fleet_url(url))
-    async with AsyncExitStack() as stack:
-        stack.push_async_callback(client.aclose)
+    async with on_fleet(redis_server, request, 2) as on:
+        key, url, keys, engines, client, stack = on
         a = await join(stack, engines[0], url, key)
         b = await join(stack, engines[1], url, key)
         await send_command(client, "trip", "lookup", key=key)
@@ -183,13 +197,8 @@ async def test_a_process_joining_within_a_fleet_wide_open_is_open_for_the_rest_o
 async def test_a_tool_forced_open_while_redis_was_away_stays_open_when_an_operator_tripped_it_meanwhile(
     redis_server: RedisServer, request: pytest.FixtureRequest
 ) -> None:
-    key = os.urandom(32)
-    ns = namespace(request)
-    url = redis_server.url(ns, **FAST, on_unavailable="fail_closed")
-    engines = [await new_engine(*manifests())]
-    client = FleetClient(parse_fleet_url(url))
-    async with AsyncExitStack() as stack:
-        stack.push_async_callback(client.aclose)
+    async with on_fleet(redis_server, request, 1, on_unavailable="fail_closed") as on:
+        key, url, _, engines, client, stack = on
         a = await join(stack, engines[0], url, key)
         partition = Partition(a.fleet)
         partition.cut = True
