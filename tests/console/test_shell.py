@@ -94,8 +94,10 @@ def test_footer_entries_are_one_per_action_and_groups_share_a_word() -> None:
 async def test_at_any_width_the_footer_shows_help_quit_trip_reset_whole_and_nothing_stray(width: int) -> None:
     app = ConsoleApp(FakeLink(seeds()), actor="operator:test", live=False)
     async with app.run_test(size=(width, 24)) as pilot:
-        app.flush()
-        await pilot.pause()
+        # The footer lays its keys out once the screen has its size: wait for that, not one pause.
+        await until(
+            pilot, lambda: footer_line(app).rstrip().endswith("palette"), seen=lambda: footer_line(app)
+        )
         line = footer_line(app)
         shown, _, palette = line.rpartition("▏")
         assert palette == "^p palette", "the palette key ends the line: no stray character after it"

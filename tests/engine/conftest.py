@@ -115,6 +115,8 @@ def _builds_engine(code: Any, module: dict[str, Any], seen: set[Any]) -> bool:
         if name == "new_engine":
             return True
         helper = module.get(name)
+        if callable(helper):
+            helper = inspect.unwrap(helper)  # a decorated helper (an async context manager) too
         if inspect.isfunction(helper) and _builds_engine(helper.__code__, module, seen):
             return True
     nested = (c for c in code.co_consts if inspect.iscode(c))
