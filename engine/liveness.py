@@ -36,10 +36,10 @@ class Heard:
     def words(self) -> str:
         """One line for people: what the reader can say of the writer."""
         who = self.who or "it"
-        ago = "" if self.age_s is None else f"{_duration(self.age_s)} ago"
+        ago = "" if self.age_s is None else f"{duration(self.age_s)} ago"
         return {
             "live": f"live: {who} beat {ago}",
-            "stale": f"stale: no heartbeat from {who} for {_duration(self.age_s or 0.0)}",
+            "stale": f"stale: no heartbeat from {who} for {duration(self.age_s or 0.0)}",
             "gone": f"gone: {who} ended without closing the store (its last heartbeat {ago})",
             "stopped": f"stopped: {who} closed the store {ago}",
             "never": "never heard from: no heartbeat yet",
@@ -69,7 +69,8 @@ def judge(
     return "stale" if age_s >= stale_after_s else "live"
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
+    """A silence for people: ``12 s``, ``10 min``, ``3 h``."""
     if seconds < 120:
         return f"{seconds:.0f} s"
     if seconds < 7200:
@@ -77,4 +78,4 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.0f} h"
 
 
-__all__ = ["Heard", "Liveness", "judge"]
+__all__ = ["Heard", "Liveness", "duration", "judge"]

@@ -7,8 +7,9 @@ not come within the bound.
 
 from __future__ import annotations
 
+import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import anyio
 from textual.pilot import Pilot
@@ -53,3 +54,19 @@ async def until(
             last = f"; seen: {seen()!r}" if seen is not None else ""
             raise AssertionError(f"condition not met within {timeout:g}s{last}")
         await pilot.pause(0.02)
+
+
+def finished(running: Mapping[str, subprocess.Popen[str]], timeout: float) -> dict[str, tuple[int, str, str]]:
+    """Each of ``running`` (started together) as it ended: (exit status, stdout, stderr), all within
+    one ``timeout``; one still running then is killed, and its stderr says so."""
+    deadline = time.monotonic() + timeout
+    ended = {}
+    for name, process in running.items():
+        try:
+            out, err = process.communicate(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            out, err = process.communicate()
+            err = (err or "") + f"\n(killed: still running after {timeout:.0f}s)"
+        ended[name] = (process.returncode, out or "", err or "")
+    return ended

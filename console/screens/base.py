@@ -18,6 +18,7 @@ from textual.widgets._footer import FooterKey
 
 from console.model import Changes, ConsoleModel
 from console.player import Player
+from engine.liveness import duration
 
 
 class ScreenHost(Protocol):
@@ -53,12 +54,7 @@ def stale_text(silence: float, status: str = "stale") -> str:
     it), as :mod:`engine.liveness` judges it."""
     if silence == float("inf"):
         return "STALE — no word from the engine yet"
-    if silence < 120:
-        ago = f"{silence:.0f} s"
-    elif silence < 7200:
-        ago = f"{silence / 60:.0f} min"
-    else:
-        ago = f"{silence / 3600:.0f} h"
+    ago = duration(silence)
     if status == "gone":
         return f"GONE — the engine's process ended; last heartbeat {ago} ago"
     if status == "stopped":

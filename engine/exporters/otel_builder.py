@@ -287,8 +287,9 @@ class SpanBuilder:
         call = self._open(e.tool_id, e.call_id, e.turn_id, e.at, context)
         attributes = {"tripwire.decision": str(e.decision), "tripwire.decision.reason": e.reason}
         call.events.append(("tripwire.decision", _ns(e.at), attributes))
-        extra: dict[str, Any] = {"tripwire.attempts": e.attempts}
-        extra["tripwire.error.class"] = str(e.classification)
+        extra: dict[str, Any] = {
+            "tripwire.attempts": e.attempts, "tripwire.error.class": str(e.classification)
+        }  # fmt: skip
         if not e.attempts:  # refused before any attempt: an unknown tool, arguments that cannot be passed
             extra["tripwire.call.status"] = "not_run"
         self._end(call, e.at, str(e.kind), e.error, extra, e.latency_ms)

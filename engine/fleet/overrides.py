@@ -102,15 +102,19 @@ def apply_standing(
 ) -> Acknowledgement:
     """Check ``command`` as at its sending and carry it out; acknowledged at ``now`` (wall clock).
     ``refusal`` (why it no longer stands) refuses it once the guard has found nothing worse."""
-    as_sent = _AsSent(engine, command.created_at)
     if refusal is not None:
-        try:
-            refusal = guard.refusal(command, command.created_at) or refusal
-        except Exception as exc:  # a row of odd types, even signed, must not take the engine down
-            refusal = one_line(f"unreadable: {type(exc).__name__}: {exc}")
-        return Acknowledgement(command.id, "refused", refusal, now)
-    ack = apply_command(as_sent, command, guard)
+        return Acknowledgement(command.id, "refused", refusal_as_sent(guard, command) or refusal, now)
+    ack = apply_command(_AsSent(engine, command.created_at), command, guard)
     return dataclasses.replace(ack, at=now)
+
+
+def refusal_as_sent(guard: CommandGuard, command: CommandRow) -> str | None:
+    """Why ``guard`` refuses ``command`` checked as at its sending (a standing command is not
+    late), or None; never raises."""
+    try:
+        return guard.refusal(command, command.created_at)
+    except Exception as exc:  # a row of odd types, even signed, must not take the engine down
+        return one_line(f"unreadable: {type(exc).__name__}: {exc}")
 
 
 def standing_fields(flat: Any) -> dict[str, str]:
@@ -127,6 +131,7 @@ __all__ = [
     "STANDING_ACTIONS",
     "Applied",
     "apply_standing",
+    "refusal_as_sent",
     "standing_due",
     "standing_fields",
     "superseded",

@@ -24,7 +24,7 @@ from engine.errors import one_line
 from engine.fleet.client import Command
 from engine.fleet.commands import COMMANDS_MAXLEN, acknowledge, command_row, signed_generation
 from engine.fleet.keys import FleetKeys
-from engine.fleet.overrides import Applied, apply_standing, standing_due, superseded
+from engine.fleet.overrides import Applied, apply_standing, refusal_as_sent, standing_due, superseded
 from engine.fleet.scripts import PUBLISH_AGAIN
 from engine.store.operator_commands import Acknowledgement, CommandGuard, apply_command
 from engine.store.rows import CommandRow
@@ -98,10 +98,7 @@ class OperatorState:
         sending: it will stand, not run late), else it stands for the tool once registered
         (unacknowledged until then: this process has no such tool yet)."""
         now = self.engine.wall_clock()
-        try:
-            refusal = self.refusal if self.guard is None else self.guard.refusal(command, command.created_at)
-        except Exception as exc:  # a row of odd types, even signed, must not take the engine down
-            refusal = one_line(f"unreadable: {type(exc).__name__}: {exc}")
+        refusal = self.refusal if self.guard is None else refusal_as_sent(self.guard, command)
         if refusal is not None:
             self._acknowledge(command, Acknowledgement(command.id, "refused", refusal, now), fields)
             return

@@ -74,9 +74,7 @@ class StoreFollow(StoreCore):
                     {
                         *self._distinct_tools("turn_tools", "1"),
                         *self._distinct_tools("manifests", "1"),
-                        *self._distinct_tools(
-                            "events", BREAKER_STATES if self._has_overrides else BREAKER_TRANSITIONS
-                        ),
+                        *self._distinct_tools("events", self._breaker_states),
                         *self._distinct_tools("events", MANIFEST_CHANGES),
                         *(start[1].breakers if start is not None else ()),
                     }
@@ -93,15 +91,21 @@ class StoreFollow(StoreCore):
         registration (``BreakerTransitioned``, ``ToolRegistered``), or the start of the engine that
         recorded last (``RecordingStarted``) when that is newer; None when the store has none."""
         with self._lock:
-            states = BREAKER_STATES if self._has_overrides else BREAKER_TRANSITIONS
             found = self._query(
-                f"SELECT {EVENT_COLUMNS} FROM events WHERE tool_id = ? AND {states} ORDER BY id DESC LIMIT 1",
+                f"SELECT {EVENT_COLUMNS} FROM events WHERE tool_id = ? AND {self._breaker_states}"
+                " ORDER BY id DESC LIMIT 1",
                 (tool_id,),
             )
             start = self._recording_start()
         if start is not None and tool_id in start[1].breakers and (not found or found[0][0] < start[0]):
             return start[1]
         return self._decode(found[0]) if found else None
+
+    @property
+    def _breaker_states(self) -> str:
+        """The events that say a tool's breaker state, as an indexed WHERE clause: since schema 6
+        restored overrides and registrations too; before, the transitions."""
+        return BREAKER_STATES if self._has_overrides else BREAKER_TRANSITIONS
 
     def _recording_start(self) -> tuple[int, RecordingStarted] | None:
         """The newest ``RecordingStarted`` and its row id (schema 6 and later)."""
@@ -125,9 +129,9 @@ class StoreFollow(StoreCore):
         return [r[0] for r in self._query(sql)]
 
     def _tool_state(self, tool_id: str, start: tuple[int, RecordingStarted] | None) -> ToolState:
-        states = BREAKER_STATES if self._has_overrides else BREAKER_TRANSITIONS
         change = self._query(
-            f"SELECT {EVENT_COLUMNS} FROM events WHERE tool_id = ? AND {states} ORDER BY id DESC LIMIT 1",
+            f"SELECT {EVENT_COLUMNS} FROM events WHERE tool_id = ? AND {self._breaker_states}"
+            " ORDER BY id DESC LIMIT 1",
             (tool_id,),
         )
         manifest_change = self._query(

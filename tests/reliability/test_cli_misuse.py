@@ -25,6 +25,7 @@ import pytest
 
 from console.cli import PIPE_CLOSED, main
 from engine.store import TraceStore
+from tests.polling import finished
 
 ROOT = Path(__file__).parents[2]
 MANIFESTS = ROOT / "manifests"
@@ -138,16 +139,9 @@ def outcomes(shared_store: Path, tmp_path_factory: pytest.TempPathFactory) -> It
             expected = case.expected.format(**values)
             results[name] = Outcome(case, store, tmp, expected, store.read_bytes())
             running[name] = start([a.format(**values) for a in case.argv], case, cwd=tmp)
-        deadline = time.monotonic() + TIMEOUT_S
-        for name, process in running.items():
-            try:
-                out, err = process.communicate(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                process.kill()
-                out, err = process.communicate()
-                err += f"\n(killed: still running after {TIMEOUT_S:.0f}s)"
+        for name, (returncode, out, err) in finished(running, TIMEOUT_S).items():
             outcome = results[name]
-            outcome.returncode, outcome.stdout, outcome.stderr = process.returncode, out or "", err
+            outcome.returncode, outcome.stdout, outcome.stderr = returncode, out, err
         yield results
     finally:
         for process in running.values():

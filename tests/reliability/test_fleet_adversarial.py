@@ -31,7 +31,7 @@ import anyio
 import pytest
 
 from console.cli import main
-from engine.events import BreakerOpened, BreakerTripped, Event
+from engine.events import BreakerOpened, BreakerTripped, CallRejected, Event
 from engine.fleet import FleetView, read_fleet
 from engine.fleet.keys import FleetKeys
 from engine.store import TraceStore
@@ -179,7 +179,8 @@ def test_a_late_tool_takes_the_standing_trip_and_a_fleet_wide_open_when_it_is_re
     wait_for(lambda: joining.events(BreakerOpened), "the joining process's open recorded")
     (opened,) = joining.events(BreakerOpened)
     assert opened.reason.startswith("fleet: open fleet-wide when it was registered"), opened.reason
-    time.sleep(1.0)  # a second of the workload's calls, every 50 ms: each one is rejected
+    # The workload calls every 50 ms: each call within the fleet's open period is rejected.
+    wait_for(lambda: len(joining.events(CallRejected)) >= 5, "calls rejected within the open period")
     assert joining.calls() == 0, "calls reached the tool within the fleet's open period"
     assert states(url) == {"OPEN": 4}
 

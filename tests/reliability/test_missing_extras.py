@@ -11,7 +11,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-import time
 import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from console.extras import EXTRA_MODULES, needs_extra
+from tests.polling import finished
 
 ROOT = Path(__file__).parents[2]
 TIMEOUT_S = 30.0
@@ -115,16 +115,9 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Out
                 [sys.executable, "-c", WITHOUT, blocked, *argv], stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp,
             )  # fmt: skip
-        deadline = time.monotonic() + TIMEOUT_S
-        for name, process in running.items():
-            try:
-                out, err = process.communicate(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                process.kill()
-                out, err = process.communicate()
-                err += f"\n(killed: still running after {TIMEOUT_S:.0f}s)"
+        for name, (returncode, out, err) in finished(running, TIMEOUT_S).items():
             outcome = results[name]
-            outcome.returncode, outcome.stdout, outcome.stderr = process.returncode, out, err
+            outcome.returncode, outcome.stdout, outcome.stderr = returncode, out, err
         yield results
     finally:
         for process in running.values():
