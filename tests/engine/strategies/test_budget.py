@@ -83,7 +83,8 @@ def test_the_floor_lets_a_quiet_tool_retry_and_the_share_takes_over_when_larger(
 def test_allowances_round_down_without_float_noise() -> None:
     assert window(percent=29).allowance(100) == 29  # 0.29 × 100 is 28.999999999999996
     assert window(percent=20).allowance(7) == 1
-    assert window(percent=0, per_s=0.7).allowance(0) == 7  # 0.7 × 10 is 7.000000000000001
+    assert window(percent=0, per_s=0.29, window_s=100).allowance(0) == 29  # 28.999999999999996
+    assert window(percent=0, per_s=0.57, window_s=100).allowance(0) == 57  # 56.99999999999999
     assert window(percent=0, per_s=0.05).allowance(0) == 0  # half a retry is none
     assert window(percent=250).allowance(10) == 25  # above 100 %: more retries than calls
 
@@ -184,6 +185,27 @@ def test_a_longer_window_keeps_counts_longer() -> None:
     budget.reconfigure(RetryBudgetOptions(budget_percent=100, min_retries_per_s=0, window_s=60))
     assert budget.snapshot(30.0).calls == 10  # a 10 s window would have dropped them at 15 s
     assert budget.snapshot(70.0).calls == 0
+
+
+@pytest.mark.parametrize(
+    ("new_window_s", "older_leaves_at", "newer_leaves_at"),
+    [(20.0, 18.0, 26.0), (5.0, 10.0, 12.0)],
+)
+def test_buckets_keep_their_order_and_age_under_a_new_window(
+    new_window_s: float, older_leaves_at: float, newer_leaves_at: float
+) -> None:
+    budget = window(percent=100)
+    start_calls(budget, 3.0, 5)  # 4 buckets before the current one, at 7 s
+    start_calls(budget, 7.0, 2)
+    budget.reconfigure(RetryBudgetOptions(budget_percent=100, min_retries_per_s=0, window_s=new_window_s))
+    # The current bucket becomes the new-width one holding 7 s; the older one is still 4 buckets
+    # before it, so it leaves the window 4 new buckets sooner.
+    assert budget.snapshot(older_leaves_at - 0.01).calls == 7
+    assert budget.snapshot(older_leaves_at).calls == 2
+    assert budget.snapshot(newer_leaves_at - 0.01).calls == 2
+    assert budget.snapshot(newer_leaves_at).calls == 0
+    budget.call_started(older_leaves_at)  # rolling agrees with reading
+    assert budget.snapshot(older_leaves_at).calls == 3
 
 
 def test_reconfiguring_an_unused_window_keeps_it_empty() -> None:
