@@ -45,7 +45,6 @@ from console.app import ConsoleApp
 from console.host import Action
 from console.model import ManifestView, ToolSeed
 from console.widgets.breaker_table import BreakerTable
-from engine.breaker import BreakerState
 from engine.events import (
     AttemptFailed,
     AttemptStarted,
@@ -60,6 +59,7 @@ from engine.events import (
     TurnStarted,
 )
 from engine.kinds import ErrorClass, ErrorKind
+from engine.strategies.breaker.machine import BreakerState
 
 WALL = 1_762_338_645.0
 TICK_S = 0.005

@@ -28,11 +28,11 @@ from typing import Any
 import anyio
 
 from engine import Engine, RetryPolicy, ToolCall, ToolManifest, Turn
-from engine.breaker import BreakerState
 from engine.events import AttemptFailed, TurnStarted
 from engine.kinds import ErrorClass, ErrorKind
 from engine.redaction import RedactionPolicy
 from engine.runner import traced_spec
+from engine.strategies.breaker.machine import BreakerState
 
 SECRET_ARGS = {"query": "hotels in Lyon", "api_key": "k-live-0123456789", "page": 2}
 CREDENTIALS = (

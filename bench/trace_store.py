@@ -35,7 +35,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine import Engine
-from engine.breaker import BreakerState
 from engine.events import (
     AttemptFailed,
     AttemptStarted,
@@ -49,6 +48,7 @@ from engine.events import (
 )
 from engine.kinds import ErrorClass, ErrorKind
 from engine.store import TraceRecorder, TraceStore
+from engine.strategies.breaker.machine import BreakerState
 
 TOOLS = ("flight_search", "hotel_search", "car_rental", "compare_prices", "create_itinerary")
 T0 = 1_762_338_645.0

@@ -37,10 +37,10 @@ from console.screens.help import HelpScreen
 from console.screens.manifests import ManifestScreen
 from console.screens.tool import ToolScreen
 from console.screens.traces import TraceBrowserScreen
-from engine.breaker import BreakerState
 from engine.liveness import Heard
 from engine.store import TraceStore, TraceStoreError
 from engine.store.command_auth import command_origin
+from engine.strategies.breaker.machine import BreakerState
 
 VIEWS = {
     "board": "Board",

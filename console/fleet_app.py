@@ -23,8 +23,8 @@ from console.model.fleet import FleetFeed, worst_state
 from console.screens.base import ConsoleScreen
 from console.screens.confirm import ConfirmActionModal, Confirmed
 from console.screens.fleet import FleetScreen, FleetToolScreen, fleet_status
-from engine.breaker import BreakerState
 from engine.fleet import FleetConfig
+from engine.strategies.breaker.machine import BreakerState
 
 FLEET_VIEWS = ("fleet", "events")
 """The views a fleet has: the engine's others (dependencies, manifests, traces) need one engine."""

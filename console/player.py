@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from console.model import Changes, ConsoleModel, ManifestView, ToolSeed
-from engine.breaker import BreakerState
 from engine.events import Event, TurnStarted
 from engine.store import StoredTurn, TraceStore
+from engine.strategies.breaker.machine import BreakerState
 
 SPEEDS = (0.5, 1.0, 2.0, 5.0, 10.0, 20.0)
 """The playback speeds ``+`` and ``-`` step through."""

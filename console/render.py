@@ -14,7 +14,7 @@ from datetime import datetime
 from rich.cells import cell_len, set_cell_size
 from rich.text import Text
 
-from engine.breaker import BreakerState
+from engine.strategies.breaker.machine import BreakerState
 
 BARS = " ▁▂▃▄▅▆▇█"
 

@@ -28,12 +28,6 @@ import types
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
-    from engine.breaker import (
-        AttemptOutcome,
-        BreakerConfig,
-        BreakerState,
-        CircuitBreaker,
-    )
     from engine.bus import EventBus
     from engine.call import CallContext, CallResult
     from engine.classify import (
@@ -81,8 +75,14 @@ if TYPE_CHECKING:
     from engine.metrics import Counts, ToolStats
     from engine.outcomes import CallOutcome, CallStatus, TurnResult
     from engine.redaction import RedactionPolicy
-    from engine.retry import RetryPlan, RetryPolicy, plan_retry
-    from engine.timeouts import report_progress
+    from engine.strategies.breaker.machine import (
+        AttemptOutcome,
+        BreakerConfig,
+        BreakerState,
+        CircuitBreaker,
+    )
+    from engine.strategies.retry.policy import RetryPlan, RetryPolicy, plan_retry
+    from engine.strategies.timeout.supervisor import report_progress
     from engine.trace import TurnTrace
     from engine.turn import ToolCall, Turn, TurnError
 
@@ -100,7 +100,12 @@ KIND_INFO: dict[ErrorKind, KindInfo]
 """What each error kind means (a :class:`KindInfo` per :class:`ErrorKind`): the catalogue of kinds."""
 
 _HOMES: Final[dict[str, tuple[str, ...]]] = {
-    "engine.breaker": ("AttemptOutcome", "BreakerConfig", "BreakerState", "CircuitBreaker"),
+    "engine.strategies.breaker.machine": (
+        "AttemptOutcome",
+        "BreakerConfig",
+        "BreakerState",
+        "CircuitBreaker",
+    ),
     "engine.bus": ("EventBus",),
     "engine.call": ("CallContext", "CallResult"),
     "engine.classify": ("Classification", "ClassificationOverride", "Rule", "classify"),
@@ -139,8 +144,8 @@ _HOMES: Final[dict[str, tuple[str, ...]]] = {
     "engine.metrics": ("Counts", "ToolStats"),
     "engine.outcomes": ("CallOutcome", "CallStatus", "TurnResult"),
     "engine.redaction": ("RedactionPolicy",),
-    "engine.retry": ("RetryPlan", "RetryPolicy", "plan_retry"),
-    "engine.timeouts": ("report_progress",),
+    "engine.strategies.retry.policy": ("RetryPlan", "RetryPolicy", "plan_retry"),
+    "engine.strategies.timeout.supervisor": ("report_progress",),
     "engine.trace": ("TurnTrace",),
     "engine.turn": ("ToolCall", "Turn", "TurnError"),
 }

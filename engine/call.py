@@ -20,11 +20,11 @@ from engine.handler import MISSING, Decision, ErrorHandler
 if TYPE_CHECKING:
     import inspect
 
-    from engine.breaker import CircuitBreaker
     from engine.events import Event
     from engine.manifest import ToolManifest
     from engine.metrics import ToolMetrics
     from engine.redaction import RedactionPolicy
+    from engine.strategies.breaker.machine import CircuitBreaker
 
 ToolFn = Callable[..., Any]
 

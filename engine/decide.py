@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from engine.handler import DEFAULT_HANDLER, FailureContext, HandlerDecision, resend_unsafe, within_hard_limits
-from engine.retry import RetryPlan, plan_retry
+from engine.strategies.retry.policy import RetryPlan, plan_retry
 
 if TYPE_CHECKING:
     import random

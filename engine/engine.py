@@ -24,7 +24,6 @@ import anyio
 from anyio import CancelScope, current_time
 from anyio.abc import TaskGroup
 
-from engine.breaker import BreakerState, CircuitBreaker
 from engine.bus import EventBus, Subscriber
 from engine.call import CallContext, CallResult, RegisteredTool, ToolFn
 from engine.clock import backend_cancel_scope, backend_clock, backend_task_group, time_anywhere
@@ -36,6 +35,7 @@ from engine.metrics import ToolStats
 from engine.protocols import TurnRecorder
 from engine.redaction import RedactionPolicy
 from engine.runner import TurnRunner
+from engine.strategies.breaker.machine import BreakerState, CircuitBreaker
 from engine.streams import ToolStream
 from engine.watch import DEFAULT_SETTLE_MS, ManifestWatcher
 

@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio import CancelScope, current_time
 
-from engine.breaker import AttemptOutcome, BreakerState, Permit, Transition
 from engine.bus import EventBus
 from engine.call import (
     CallContext,
@@ -68,7 +67,13 @@ from engine.invoke import Attempt, WorkerThreads, invoke, invoke_injected
 from engine.kinds import ErrorClass, ErrorKind
 from engine.metrics import MetricsRegistry
 from engine.redaction import RedactionPolicy
-from engine.timeouts import TimeoutSupervisor, enter_idle_window, leave_idle_window, timeout_error
+from engine.strategies.breaker.machine import AttemptOutcome, BreakerState, Permit, Transition
+from engine.strategies.timeout.supervisor import (
+    TimeoutSupervisor,
+    enter_idle_window,
+    leave_idle_window,
+    timeout_error,
+)
 
 if TYPE_CHECKING:
     from engine.faults import AttemptInjector
@@ -237,7 +242,9 @@ class CallGuard:
                     bus.emit(event)
             # The attempt, under the tool's timeout: one supervisor watches it while the engine runs.
             error: Exception | None = None
-            if idle_ms is not None:  # its own deadline, pushed back by progress (see engine.timeouts)
+            if (
+                idle_ms is not None
+            ):  # its own deadline, pushed back by progress (see engine.strategies.timeout.supervisor)
                 scope, bucket = enter_idle_window(new_scope(), now, idle_ms / 1000.0, cutoff, clock), None
             elif timeouts.running:
                 scope = new_scope()

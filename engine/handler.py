@@ -17,14 +17,14 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from engine.breaker import BreakerState, rejection_reason
 from engine.kinds import KIND_INFO, ErrorKind
 from engine.manifest import SideEffect
+from engine.strategies.breaker.machine import BreakerState, rejection_reason
 
 if TYPE_CHECKING:
     from engine.classify import Classification
     from engine.manifest import ToolManifest
-    from engine.retry import RetryPlan
+    from engine.strategies.retry.policy import RetryPlan
 
 
 class Decision(StrEnum):

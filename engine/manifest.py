@@ -36,7 +36,6 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from engine.breaker import BreakerConfig
 from engine.classify import ClassificationOverride
 from engine.config import (
     DAY_MS,
@@ -52,7 +51,8 @@ from engine.config import (
     read_yaml,
 )
 from engine.events import Event, ManifestLoaded, ManifestRefused, ManifestRejected, ManifestRemoved
-from engine.retry import RetryPolicy
+from engine.strategies.breaker.machine import BreakerConfig
+from engine.strategies.retry.policy import RetryPolicy
 
 DEFAULTS_FILE = "defaults.yaml"
 TOOL_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$"

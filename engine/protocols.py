@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from engine.manifest import ToolManifest
     from engine.metrics import MetricsRegistry
     from engine.redaction import RedactionPolicy
-    from engine.timeouts import TimeoutSupervisor
+    from engine.strategies.timeout.supervisor import TimeoutSupervisor
 
 
 class TurnRecorder(Protocol):

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
     from engine.call import CallResult
     from engine.protocols import EngineForTurns
-    from engine.timeouts import Bucket
+    from engine.strategies.timeout.supervisor import Bucket
 
 _SUCCEEDED = CallStatus.SUCCEEDED.value
 _time_of = operator.attrgetter("t")

@@ -37,9 +37,9 @@ from console.cli.tables import Column, aligned_rows
 from console.extras import fleet_target, requires_extra
 from console.host import Action
 from console.usage import UsageError
-from engine.breaker import BreakerState
 from engine.errors import iso_timestamp, one_line
 from engine.events import BreakerRestored, BreakerTransitioned, Event, RecordingStarted, ToolRegistered
+from engine.strategies.breaker.machine import BreakerState
 
 if TYPE_CHECKING:
     from engine.fleet import FleetAck, FleetClient, FleetConfig, FleetView, MemberView, ToolView

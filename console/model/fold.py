@@ -13,7 +13,6 @@ from console.model.event_log import EVENTS_KEPT, EventRow, event_row
 from console.model.manifests import ManifestChange, ManifestView
 from console.model.tools import HISTORY, BoardRow, ErrorRow, InFlight, ToolSeed, ToolView, Transition
 from console.model.turns import TURNS_KEPT, CallNode, TurnView, call_nodes
-from engine.breaker import BreakerState
 from engine.events import (
     AlternativeUsed,
     AttemptFailed,
@@ -42,6 +41,7 @@ from engine.events import (
     TurnStarted,
 )
 from engine.kinds import ErrorClass, ErrorKind
+from engine.strategies.breaker.machine import BreakerState
 
 STATS_PER_FLUSH = 25
 """Tools whose rolling figures one board refresh takes again, at most."""

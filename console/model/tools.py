@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 from console.model.manifests import ManifestView
 from console.model.timelines import RECENT_CALLS, CallTimeline, build_timelines
-from engine.breaker import BreakerState
 from engine.events import Event
 from engine.metrics import Counts, ToolMetrics, ToolStats
+from engine.strategies.breaker.machine import BreakerState
 
 WINDOW_S = 60
 """Rolling counts, error % and percentiles cover this many seconds. Hystrix used 10 s for

@@ -17,7 +17,7 @@ from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Static
 
-from engine.breaker import BreakerState
+from engine.strategies.breaker.machine import BreakerState
 
 EFFECTS = {
     "trip": "force the breaker OPEN until reset: every call is rejected at once",

@@ -48,7 +48,7 @@ from engine.adapters.mcp_errors import (
 )
 from engine.engine import Engine
 from engine.manifest import TOOL_ID_PATTERN
-from engine.timeouts import IdleWindow, idle_window
+from engine.strategies.timeout.supervisor import IdleWindow, idle_window
 
 __all__ = ["MCPNotSent", "MCPToolError", "MCPToolset", "ToolsetChange", "tripwire_name"]
 

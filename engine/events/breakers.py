@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.breaker import BreakerState
 from engine.events.base import Event, when
+from engine.strategies.breaker.machine import BreakerState
 
 
 @dataclass(slots=True, kw_only=True)

@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from engine.breaker import BreakerState
 from engine.events.base import Event
 from engine.kinds import ErrorClass, ErrorKind
 from engine.metrics import UNKNOWN_TOOL_ID
+from engine.strategies.breaker.machine import BreakerState
 
 
 @dataclass(slots=True, kw_only=True)

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from engine.breaker import BreakerState
 from engine.events.base import Event, when
+from engine.strategies.breaker.machine import BreakerState
 
 
 @dataclass(slots=True, kw_only=True)

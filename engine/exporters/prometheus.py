@@ -50,7 +50,6 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Exemplar
 
-from engine.breaker import BreakerState
 from engine.closing import ClosedOnExit
 from engine.events import (
     AttemptFailed,
@@ -68,6 +67,7 @@ from engine.events import (
     TurnFinished,
 )
 from engine.metrics import UNKNOWN_TOOL_ID
+from engine.strategies.breaker.machine import BreakerState
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric

@@ -42,7 +42,6 @@ import anyio
 import redis
 from anyio import current_time
 
-from engine.breaker import BreakerState
 from engine.errors import one_line
 from engine.events import (
     BreakerClosed,
@@ -63,6 +62,7 @@ from engine.fleet.scripts import GENERATION_FIELD, PROBE_RESULT, RELEASE_LEASE, 
 from engine.fleet.standing import OperatorState
 from engine.store.command_auth import DEFAULT_EXPIRY_S
 from engine.store.operator_commands import Acknowledgement, CommandGuard
+from engine.strategies.breaker.machine import BreakerState
 
 if TYPE_CHECKING:
     from engine.engine import Engine

@@ -1,20 +1,26 @@
 """Whether the fleet may talk to Redis now: the engine's own breaker and backoff, on Redis.
 
-A private :class:`~engine.breaker.CircuitBreaker` (not a registered tool: a tool named
+A private :class:`~engine.strategies.breaker.machine.CircuitBreaker` (not a registered tool: a tool named
 ``_fleet_redis`` would be offered to models by ``available_tools``, shown among the user's tools
 and would emit events into the very stream it feeds) opens after ``failure_threshold``
 consecutive failed round trips: Redis is then *unavailable*. Reconnection attempts are that
-breaker's half-open probes, spaced by a :class:`~engine.retry.RetryPolicy` backoff with jitter
-(250 ms doubling to 5 s), so a fleet of processes does not hammer a Redis that comes back.
+breaker's half-open probes, spaced by a :class:`~engine.strategies.retry.policy.RetryPolicy`
+backoff with jitter (250 ms doubling to 5 s), so a fleet of processes does not hammer a Redis that comes back.
 """
 
 from __future__ import annotations
 
 import random
 
-from engine.breaker import AttemptOutcome, BreakerConfig, BreakerState, CircuitBreaker, Permit
 from engine.errors import one_line
-from engine.retry import RetryPolicy
+from engine.strategies.breaker.machine import (
+    AttemptOutcome,
+    BreakerConfig,
+    BreakerState,
+    CircuitBreaker,
+    Permit,
+)
+from engine.strategies.retry.policy import RetryPolicy
 
 RECONNECT = RetryPolicy(initial_delay_ms=250.0, multiplier=2.0, max_delay_ms=5_000.0, jitter_percent=20.0)
 

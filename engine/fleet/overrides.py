@@ -25,10 +25,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from engine.breaker import BreakerState
 from engine.errors import one_line
 from engine.store.operator_commands import Acknowledgement, CommandGuard, CommandTarget, apply_command
 from engine.store.rows import CommandRow
+from engine.strategies.breaker.machine import BreakerState
 
 OPERATOR_STATES = frozenset({BreakerState.FORCED_OPEN, BreakerState.DISABLED})
 STANDING_ACTIONS = frozenset({"trip", "disable"})

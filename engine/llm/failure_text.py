@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from engine.breaker import BreakerState
 from engine.errors import ToolError
 from engine.handler import CALLER_FAULT_KINDS
 from engine.kinds import ErrorKind
 from engine.llm.model_text import DEFAULT_MAX_ERROR_CHARS, format_tool_error_for_llm
 from engine.llm.tool_errors import root_error_type
+from engine.strategies.breaker.machine import BreakerState
 
 if TYPE_CHECKING:
     from engine.engine import Engine

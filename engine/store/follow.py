@@ -12,13 +12,13 @@ import sqlite3
 from collections.abc import Callable
 from typing import Any
 
-from engine.breaker import BreakerState
 from engine.errors import TraceStoreError, one_line
 from engine.events import BreakerTransitioned, Event, ManifestLoaded, RecordingStarted, ToolRegistered
 from engine.store.base import StoreCore
 from engine.store.codec import EVENT_COLUMNS, decode_event, json_value
 from engine.store.rows import StoredBreaker, StoredManifest, StoreSnapshot, ToolState
 from engine.store.schema import BREAKER_STATES, BREAKER_TRANSITIONS, MANIFEST_CHANGES, RECORDING_STARTS
+from engine.strategies.breaker.machine import BreakerState
 
 
 class StoreFollow(StoreCore):

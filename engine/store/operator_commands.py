@@ -27,11 +27,11 @@ from typing import Literal, NoReturn, Protocol
 import anyio
 from anyio.abc import TaskStatus
 
-from engine.breaker import BreakerState
 from engine.errors import TraceStoreError, one_line
 from engine.store.command_auth import MAX_EXPIRY_S, verify
 from engine.store.rows import CommandRow
 from engine.store.store import TraceStore
+from engine.strategies.breaker.machine import BreakerState
 
 log = logging.getLogger("tripwire.commands")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
-from engine.breaker import BreakerState
 from engine.events import Event
+from engine.strategies.breaker.machine import BreakerState
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,12 +23,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from engine.breaker import BreakerState
 from engine.clock import time_anywhere
 from engine.events import BreakerDisabled, BreakerReset, BreakerTripped, Event, OverridesForgotten
 from engine.store.base import StoreCore
 from engine.store.command_auth import command_origin
 from engine.store.failures import write_error
+from engine.strategies.breaker.machine import BreakerState
 
 if TYPE_CHECKING:
     from engine.engine import Engine

@@ -10,10 +10,10 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from engine.breaker import BreakerState
 from engine.clock import time_anywhere
 from engine.events import Event, ManifestLoaded, RecordingStarted
 from engine.store.writers import this_process
+from engine.strategies.breaker.machine import BreakerState
 
 if TYPE_CHECKING:
     from engine.engine import Engine

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.breaker import BreakerState
 from engine.events import (
     AlternativeUsed,
     AttemptFailed,
@@ -28,6 +27,7 @@ from engine.events import (
     TurnStarted,
 )
 from engine.kinds import ErrorClass, ErrorKind
+from engine.strategies.breaker.machine import BreakerState
 
 WALL = 1_762_338_645.0
 

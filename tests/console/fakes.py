@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 from console.host import Action
 from console.model import ManifestView, ToolSeed
-from engine.breaker import BreakerState
 from engine.events import BreakerDisabled, BreakerReset, BreakerTripped, Event
+from engine.strategies.breaker.machine import BreakerState
 from tests.console import factory as f
 
 _ECHO = {"trip": (BreakerTripped, BreakerState.FORCED_OPEN), "reset": (BreakerReset, BreakerState.CLOSED),

@@ -26,9 +26,9 @@ from console.screens.manifests import ManifestScreen
 from console.screens.tool import ToolScreen
 from console.widgets.breaker_table import BreakerTable
 from console.widgets.event_list import EventList
-from engine.breaker import BreakerState
 from engine.demo import DEMO_TOOLS
 from engine.engine import Engine
+from engine.strategies.breaker.machine import BreakerState
 from tests.console import factory as f
 from tests.console.fakes import FakeLink, manifest
 from tests.polling import until

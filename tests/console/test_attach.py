@@ -26,12 +26,12 @@ from console.cli import main
 from console.screens.board import BoardScreen, CardGrid
 from console.screens.confirm import ConfirmActionModal
 from console.widgets.breaker_table import BreakerTable
-from engine.breaker import BreakerState
 from engine.demo import DEMO_TOOLS
 from engine.engine import Engine
 from engine.events import BreakerOpened, BreakerTripped, Event, ManifestLoaded
 from engine.store import TraceRecorder, TraceStore, TraceStoreError
 from engine.store.command_auth import command_origin
+from engine.strategies.breaker.machine import BreakerState
 from tests.console import factory as f
 from tests.polling import until, wait_for
 from tests.serving import ROOT, served

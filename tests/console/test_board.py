@@ -31,8 +31,8 @@ from console.screens.board import (
 from console.screens.tool import ToolScreen
 from console.widgets.breaker_card import BreakerCard
 from console.widgets.breaker_table import COLUMNS, BreakerTable, fit_columns
-from engine.breaker import BreakerState
 from engine.events import BreakerReset
+from engine.strategies.breaker.machine import BreakerState
 from tests.console import factory as f
 from tests.console.fakes import FakeLink, manifest
 

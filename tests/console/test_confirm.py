@@ -18,7 +18,7 @@ from console.app import ConsoleApp
 from console.model import ToolSeed
 from console.screens.base import ConsoleScreen
 from console.screens.confirm import ConfirmActionModal, keys_hint
-from engine.breaker import BreakerState
+from engine.strategies.breaker.machine import BreakerState
 from tests.console.fakes import FakeLink, manifest
 
 pytestmark = pytest.mark.asyncio

@@ -13,12 +13,12 @@ import trio.testing
 
 from console.cli import main
 from console.host import EngineHost, WorkloadError, import_workload, scenario_workload
-from engine.breaker import BreakerState
 from engine.demo import demo_engine
 from engine.engine import Engine
 from engine.events import BreakerOpened, CallSucceeded, Event, TurnStarted
 from engine.faults import FaultInjector
 from engine.scenario import load_scenario
+from engine.strategies.breaker.machine import BreakerState
 
 ROOT = Path(__file__).parents[2]
 

@@ -21,7 +21,6 @@ from console.model import (
     ToolSeed,
 )
 from engine import BreakerConfig, Engine, RetryPolicy, ToolManifest
-from engine.breaker import BreakerState
 from engine.demo import demo_engine
 from engine.events import (
     AttemptFailed,
@@ -37,6 +36,7 @@ from engine.kinds import ErrorKind
 from engine.metrics import LATENCY_PRECISION, ToolStats
 from engine.outcomes import TurnResult
 from engine.scenario import load_scenario, run_scenario
+from engine.strategies.breaker.machine import BreakerState
 from engine.turn import ToolCall, Turn
 from tests.console import factory as f
 from tests.console.demo_feed import live_demo

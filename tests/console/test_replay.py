@@ -17,8 +17,8 @@ from console.player import Player as ReplaySession
 from console.player import PlayerSource as ReplaySource
 from console.screens.board import BoardScreen
 from console.screens.traces import TraceBrowserScreen, TraceScreen
-from engine.breaker import BreakerState
 from engine.store import TraceStore
+from engine.strategies.breaker.machine import BreakerState
 from tests.console.demo_feed import live_demo
 from tests.console.fakes import FakeLink
 

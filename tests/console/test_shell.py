@@ -28,8 +28,8 @@ from console.screens.base import (
     footer_entries,
     stale_text,
 )
-from engine.breaker import BreakerState
 from engine.store import TraceStore
+from engine.strategies.breaker.machine import BreakerState
 from tests.console.demo_feed import demo_store
 from tests.console.fakes import FakeLink, manifest
 from tests.polling import until

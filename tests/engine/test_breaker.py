@@ -7,7 +7,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from engine.breaker import (
+from engine.strategies.breaker.machine import (
     AttemptOutcome,
     BreakerConfig,
     BreakerState,

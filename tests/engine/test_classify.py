@@ -31,7 +31,7 @@ from engine.error_payload import MAX_RESPONSE_BODY_BYTES
 from engine.errors import ToolError
 from engine.kinds import ErrorClass, ErrorKind
 from engine.manifest import ToolManifest
-from engine.retry import RetryPolicy
+from engine.strategies.retry.policy import RetryPolicy
 from tests.engine.conftest import Scripted, new_engine
 
 if TYPE_CHECKING:

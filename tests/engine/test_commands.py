@@ -20,7 +20,6 @@ import trio
 import trio.testing
 
 from engine import Engine, ToolManifest
-from engine.breaker import BreakerState
 from engine.events import BreakerDisabled, BreakerReset, BreakerTripped
 from engine.store import CommandKeyError, TraceStore, TraceStoreError
 from engine.store.command_auth import MAX_EXPIRY_S, command_origin, sign, signed_content
@@ -30,6 +29,7 @@ from engine.store.operator_commands import (
     apply_pending_commands,
     serve_operator_commands,
 )
+from engine.strategies.breaker.machine import BreakerState
 from tests.engine.conftest import WALL, Scripted, make_engine, recorded
 from tests.polling import wait_for
 

@@ -21,7 +21,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from engine import Engine
-from engine.breaker import BreakerState
 from engine.classify import classify
 from engine.config import ConfigError
 from engine.demo import DEMO_TOOLS
@@ -57,6 +56,7 @@ from engine.faults import (
 )
 from engine.kinds import ErrorClass, ErrorKind
 from engine.manifest import ManifestRegistry
+from engine.strategies.breaker.machine import BreakerState
 
 pytestmark = pytest.mark.anyio
 

@@ -18,7 +18,6 @@ import anyio
 import pytest
 from anyio import current_time
 
-from engine.breaker import BreakerConfig, BreakerState
 from engine.engine import Engine
 from engine.events import (
     AttemptFailed,
@@ -31,6 +30,7 @@ from engine.events import (
 )
 from engine.kinds import ErrorKind
 from engine.manifest import DEFAULTS_FILE, ManifestRegistry, SideEffect
+from engine.strategies.breaker.machine import BreakerConfig, BreakerState
 from engine.watch import SettleTracker
 
 if TYPE_CHECKING:

@@ -1,5 +1,5 @@
 """Progress extends an idle timeout up to the hard cap (issue 16 §1): a manifest's ``idle_timeout_ms``
-cuts off an attempt that goes quiet, ``engine.timeouts.report_progress`` pushes that deadline back,
+cuts off an attempt that goes quiet, ``engine.report_progress`` pushes that deadline back,
 and ``timeout_ms`` stays the absolute ceiling. On virtual time, on both backends, engine started
 and not.
 """
@@ -14,7 +14,7 @@ import pytest
 from engine import ErrorKind, ManifestError, RetryPolicy, ToolManifest, load_manifest
 from engine.events import ToolTimedOut
 from engine.manifest import ManifestRegistry
-from engine.timeouts import report_progress
+from engine.strategies.timeout.supervisor import report_progress
 from tests.engine.conftest import new_engine, recorded
 
 pytestmark = pytest.mark.anyio

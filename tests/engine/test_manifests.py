@@ -31,7 +31,7 @@ from engine.manifest import (
     ToolManifest,
     load_manifest,
 )
-from engine.retry import RetryPolicy
+from engine.strategies.retry.policy import RetryPolicy
 
 BUNDLED = Path(__file__).resolve().parents[2] / "manifests"
 BUNDLED_TOOLS = {

@@ -133,7 +133,7 @@ async def test_times_within_the_tolerance_match_and_beyond_it_do_not() -> None:
 def test_a_turn_recorded_on_a_real_clock_replays_as_matching(anyio_backend: None) -> None:
     """Real sleeps make every recorded time a little late; the replay still matches."""
     from engine import RetryPolicy, ToolManifest
-    from engine.breaker import BreakerConfig
+    from engine.strategies.breaker.machine import BreakerConfig
 
     failures = {"flights": 2}
 

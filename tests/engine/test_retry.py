@@ -11,11 +11,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from engine.breaker import BreakerConfig
 from engine.config import DAY_MS
 from engine.engine import Engine
 from engine.manifest import ToolManifest
-from engine.retry import MAX_ATTEMPTS, MAX_MULTIPLIER, RetryPolicy, plan_retry
+from engine.strategies.breaker.machine import BreakerConfig
+from engine.strategies.retry.policy import MAX_ATTEMPTS, MAX_MULTIPLIER, RetryPolicy, plan_retry
 
 
 def test_spec_defaults() -> None:

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from engine.breaker import BreakerState
 from engine.events import BreakerRestored, OverridesForgotten, RecordingStarted, ToolRegistered
 from engine.store import StandingOverride, TraceRecorder, TraceStore
 from engine.store.command_auth import command_origin
 from engine.store.operator_commands import CommandGuard, apply_pending_commands
+from engine.strategies.breaker.machine import BreakerState
 from tests.engine.conftest import WALL, Scripted, new_engine, recorded
 
 pytestmark = pytest.mark.anyio

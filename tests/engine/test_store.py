@@ -25,7 +25,6 @@ import pytest
 from sqlite_utils import Database
 
 from engine import BreakerConfig, Engine, RetryPolicy, ToolManifest
-from engine.breaker import BreakerState
 from engine.events import (
     EVENT_TYPES,
     AttemptFailed,
@@ -51,6 +50,7 @@ from engine.store import (
     TurnRow,
 )
 from engine.store.codec import codec_of
+from engine.strategies.breaker.machine import BreakerState
 from engine.turn import ToolCall, Turn
 from tests.engine.conftest import WALL, Scripted, make_engine
 

@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from engine.breaker import BreakerState
 from engine.events import (
     BreakerClosed,
     BreakerOpened,
@@ -35,6 +34,7 @@ from engine.store.command_auth import (
     verify,
 )
 from engine.store.schema import BREAKER_STATES, BREAKER_TRANSITIONS, MANIFEST_CHANGES, RECORDING_STARTS
+from engine.strategies.breaker.machine import BreakerState
 from tests.engine.conftest import WALL
 
 

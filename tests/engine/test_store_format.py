@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from engine.breaker import BreakerState
 from engine.events import (
     BreakerOpened,
     BreakerRestored,
@@ -23,6 +22,7 @@ from engine.events import (
     TurnStarted,
 )
 from engine.store import MIGRATIONS, SCHEMA_VERSION, TraceStore
+from engine.strategies.breaker.machine import BreakerState
 from tests.engine.conftest import WALL
 from tests.engine.test_store import every_event, turn_events
 

@@ -11,10 +11,10 @@ import anyio
 import pytest
 
 from engine import Engine, ToolManifest
-from engine.breaker import BreakerState
 from engine.events import BreakerTripped, Event
 from engine.store import RetentionPolicy, TraceRecorder, TraceStore
 from engine.store.retention import RetentionSchedule, StepResult, parse_duration, parse_size
+from engine.strategies.breaker.machine import BreakerState
 from engine.turn import ToolCall, Turn
 from tests.engine.conftest import WALL, Scripted
 from tests.engine.test_store import turn_events

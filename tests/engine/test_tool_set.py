@@ -6,7 +6,7 @@ import anyio
 import pytest
 
 from engine import RetryPolicy, ToolError, ToolManifest
-from engine.breaker import BreakerConfig
+from engine.strategies.breaker.machine import BreakerConfig
 from tests.engine.conftest import Scripted, new_engine
 
 pytestmark = pytest.mark.anyio

@@ -27,7 +27,6 @@ import pytest
 from console.app import ConsoleApp
 from console.attach import AttachedLink
 from console.cli import main
-from engine.breaker import BreakerState
 from engine.events import (
     AttemptStarted,
     BreakerRestored,
@@ -37,6 +36,7 @@ from engine.events import (
 )
 from engine.store import TraceStore
 from engine.store.command_auth import command_origin
+from engine.strategies.breaker.machine import BreakerState
 from tests.console.test_terminal import Terminal
 from tests.polling import until, wait_for
 from tests.serving import ROOT, served
