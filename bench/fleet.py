@@ -189,7 +189,7 @@ async def propagation(url: str, engines: int, trips: int) -> dict[str, float]:
     async with AsyncExitStack() as stack:
         for index in range(engines):
             engine = make_engine()
-            engine.wall_clock = time.time
+            engine.runtime.wall_clock = time.time
             seen: dict[str, float] = {}
             arrived.append(seen)
 

@@ -7,7 +7,7 @@ Measures, on a fresh store in a temporary directory:
 * the sustained insert rate through ``TraceStore.write`` in batches of realistic events (per
   call: attempts that fail and are retried, the success, now and then breaker transitions —
   about 5 events per call — inside turns of 5 calls), target ≥ 100k events/s;
-* the same end to end through ``TraceRecorder``: ``engine.publish`` → the sink's deque → the
+* the same end to end through ``TraceRecorder``: ``engine.runtime.publish`` → the sink's deque → the
   writer thread → committed (``flush`` returns);
 * the time to ``load_turn`` a 10k-event turn, target ≤ 100 ms;
 * on a 1M-event store (built with big batches), the time to ``list_turns(limit=50)``: the first
@@ -175,7 +175,7 @@ def insert_rate(directory: Path, events: int, batch: int, repeat: int) -> float:
 
 
 def recorder_rate(directory: Path, events: int, repeat: int) -> float:
-    """events/s from engine.publish to committed, through the recorder's sink and writer thread."""
+    """events/s from engine.runtime.publish to committed, through the recorder's sink and writer thread."""
 
     def run() -> float:
         path = directory / f"recorder-{time.monotonic_ns()}.db"
@@ -184,7 +184,7 @@ def recorder_rate(directory: Path, events: int, repeat: int) -> float:
         settle()
         with TraceStore(path) as store:
             recorder = TraceRecorder(store, durability="batch").attach(engine)
-            publish = engine.publish
+            publish = engine.runtime.publish
             start = time.perf_counter()
             for event in data:
                 publish(event)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import ToolError, jsonable
-from engine.handler import MISSING, Decision, ErrorHandler
+from engine.handler import MISSING, Decision
 
 if TYPE_CHECKING:
     import inspect
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from engine.events import Event
     from engine.manifest import ToolManifest
     from engine.metrics import ToolMetrics
+    from engine.pipeline.compiled import Pipeline
     from engine.redaction import RedactionPolicy
     from engine.strategies.breaker.machine import CircuitBreaker
 
@@ -103,51 +104,11 @@ class RegisteredTool:
     metrics: ToolMetrics
     manifest: ToolManifest
     """The manifest in force; replaced (never mutated) on reload."""
+    pipeline: Pipeline
+    """The tool's strategies compiled from its manifest; swapped whole on reload."""
     calls: int = 0
     """Calls launched so far (the call ordinal of the next one, minus one)."""
     signature: inspect.Signature | None = None
-
-
-@dataclass(slots=True)
-class CallRun:
-    """One call's state once it needs a decision (a failure or a rejection).
-
-    Built only then: the success path allocates nothing beyond its result.
-    """
-
-    tool: RegisteredTool
-    manifest: ToolManifest
-    args: dict[str, Any]
-    ctx: CallContext | None
-    call_id: str
-    turn_id: str | None
-    trace: list[Event] | None
-    start: float
-    handler: ErrorHandler | None
-    """The call's own handler, normalized (see :func:`~engine.handler.as_handler`); None defers to
-    the engine's."""
-    ran: bool = False
-    """Did any failed attempt run the tool (its kind says executed)? The call's ``executed``, whatever
-    its last kind or an alternative's (spec-map kinds.count-executed)."""
-    secrets: tuple[str, ...] | None = None
-    """The values of the call's secret arguments, looked for in its error texts; found when first needed."""
-    scrubbed: tuple[str, str] = ("", "")
-    """The last text scrubbed and what it became: the last attempt's error and the call's are one."""
-
-    def scrub(self, policy: RedactionPolicy, text: str) -> str:
-        """This call's free text (an error, a handler's reason) as its events may hold it under
-        ``policy`` (the engine's, extended by the tool manifest's ``secret_fields``)."""
-        if not policy.enabled:
-            return text
-        if self.manifest.secret_fields:
-            policy = policy.with_fields(self.manifest.secret_fields)
-        if self.scrubbed[0] == text:
-            return self.scrubbed[1]
-        if self.secrets is None:
-            self.secrets = policy.secrets_in(self.args) if self.args else ()
-        clean = policy.text(text, self.secrets)
-        self.scrubbed = (text, clean)
-        return clean
 
 
 def error_message(error: BaseException) -> str:

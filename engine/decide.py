@@ -13,21 +13,23 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from engine.handler import DEFAULT_HANDLER, FailureContext, HandlerDecision, resend_unsafe, within_hard_limits
+from engine.strategies.base import strategy_facts
 from engine.strategies.retry.policy import RetryPlan, plan_retry
 
 if TYPE_CHECKING:
     import random
 
-    from engine.call import CallContext, CallRun, RegisteredTool
+    from engine.call import CallContext, RegisteredTool
     from engine.classify import Classification
     from engine.handler import ErrorHandler
     from engine.manifest import ToolManifest
+    from engine.pipeline.call import Call
 
 _NO_RETRY = RetryPlan(False, 0.0, "not retryable")
 
 
 def decide(
-    run: CallRun,
+    run: Call,
     error: BaseException,
     classification: Classification,
     attempt: int,
@@ -92,6 +94,7 @@ def decide(
         dependants=ctx.dependants if ctx is not None else (),
         alternatives=alternatives,
         partial_result=partial_result,
+        strategies=strategy_facts(run.pipeline.strategies, now) if run.pipeline.general else {},
     )
     try:
         custom_decision = custom.decide(failure)
@@ -103,7 +106,7 @@ def decide(
 
 
 def refused_retry(
-    run: CallRun,
+    run: Call,
     classification: Classification,
     refusal: str,
     now: float,

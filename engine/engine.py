@@ -1,8 +1,10 @@
 """The engine: registered tools, their manifests, events, background services and operator controls.
 
-How one call is guarded is :mod:`engine.guard` (:class:`~engine.guard.CallGuard`, which
-:class:`Engine` builds on); a call's data is :mod:`engine.call`; turns run on it through
-:mod:`engine.runner`, streams through :mod:`engine.streams`.
+:class:`Engine` is the facade users hold: its verbs (``register``, ``call``, ``run_turn``,
+``trip``…) and read-outs (``stats``, ``state``, ``manifest``…). The machinery it owns is its
+:class:`~engine.pipeline.runtime.Runtime` (``engine.runtime``), which runs each call through its
+tool's pipeline (:mod:`engine.pipeline`); turns run on it through :mod:`engine.runner`, streams
+through :mod:`engine.streams`, adapters and stores through it too.
 
 Internal: import its public names from :mod:`engine`.
 """
@@ -16,32 +18,40 @@ import re
 import time
 from collections.abc import Callable, Collection, Iterable
 from contextlib import AsyncExitStack
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
 import anyio
 from anyio import CancelScope, current_time
-from anyio.abc import TaskGroup
 
 from engine.bus import EventBus, Subscriber
 from engine.call import CallContext, CallResult, RegisteredTool, ToolFn
 from engine.clock import backend_cancel_scope, backend_clock, backend_task_group, time_anywhere
 from engine.events import BreakerRestored, Event, ToolRegistered
-from engine.guard import CallGuard
 from engine.handler import HandlerLike, as_handler
-from engine.manifest import MAX_MANIFEST_BYTES, TOOL_ID_PATTERN, ManifestFile, ManifestRegistry, ToolManifest
+from engine.manifest import MAX_MANIFEST_BYTES, ManifestFile, ManifestRegistry
 from engine.metrics import ToolStats
+from engine.pipeline.runtime import Runtime
+from engine.policy import TOOL_ID_PATTERN, ToolManifest
 from engine.protocols import TurnRecorder
 from engine.redaction import RedactionPolicy
 from engine.runner import TurnRunner
+from engine.strategies.base import strategy_facts
 from engine.strategies.breaker.machine import BreakerState, CircuitBreaker
 from engine.streams import ToolStream
 from engine.watch import DEFAULT_SETTLE_MS, ManifestWatcher
 
 if TYPE_CHECKING:
+    from engine.events import Event
     from engine.faults import AttemptInjector
+    from engine.handler import ErrorHandler
+    from engine.invoke import WorkerThreads
+    from engine.kinds import ErrorKind
+    from engine.metrics import MetricsRegistry
     from engine.outcomes import TurnResult
+    from engine.strategies.timeout.supervisor import TimeoutSupervisor
     from engine.turn import Turn
 
 log = logging.getLogger("tripwire.engine")
@@ -49,7 +59,7 @@ log = logging.getLogger("tripwire.engine")
 TOOL_ID = re.compile(TOOL_ID_PATTERN)
 
 
-class Engine(CallGuard):
+class Engine:
     """Runs tool calls with timeouts, retries, a circuit breaker per tool and an error handler.
 
     ``manifests`` is a directory of YAML manifests, a :class:`ManifestRegistry`, or an
@@ -78,18 +88,6 @@ class Engine(CallGuard):
         manifest_max_bytes: int = MAX_MANIFEST_BYTES,
         redaction: RedactionPolicy | None = None,
     ) -> None:
-        super().__init__(
-            wall_clock=wall_clock,
-            rng=rng if rng is not None else random.Random(),
-            handler=as_handler(handler),
-            faults=faults,
-            record=record,
-            redaction=redaction if redaction is not None else RedactionPolicy(),
-        )
-        if not self.redaction.enabled:
-            log.warning(
-                "redaction is off: secrets in arguments, errors and results are recorded in plain text"
-            )
         if isinstance(manifests, ManifestRegistry):
             self.manifests = manifests
         elif isinstance(manifests, str | Path):
@@ -98,15 +96,73 @@ class Engine(CallGuard):
             )
         else:
             self.manifests = ManifestRegistry.from_manifests(manifests or (), at=wall_clock())
-        self.recorder: TurnRecorder | None = None
-        """Set by a trace recorder that makes each turn durable before ``run_turn`` returns."""
+        self.runtime = Runtime(
+            wall_clock=wall_clock,
+            rng=rng if rng is not None else random.Random(),
+            handler=as_handler(handler),
+            faults=faults,
+            record=record,
+            redaction=redaction if redaction is not None else RedactionPolicy(),
+            manifests=self.manifests,
+        )
+        """The machinery: runs calls through their pipelines, publishes events (internal)."""
+        self.runtime.recompile(self.manifests.shared)
+        if not self.redaction.enabled:
+            log.warning(
+                "redaction is off: secrets in arguments, errors and results are recorded in plain text"
+            )
+        self._tools = self.runtime.tools
         self._watch = watch
         self._watch_debounce_ms = watch_debounce_ms
         self._watch_settle_ms = watch_settle_ms
-        self.new_task_group: Callable[[], TaskGroup] = anyio.create_task_group
-        """Makes turns' task groups: the running backend's own factory while the engine runs."""
         self._stack: AsyncExitStack | None = None
         self._registration_hooks: tuple[Callable[[str], None], ...] = ()
+
+    # --- read-outs of the machinery -------------------------------------------------------
+
+    @property
+    def wall_clock(self) -> Callable[[], float]:
+        return self.runtime.wall_clock
+
+    @property
+    def rng(self) -> random.Random:
+        return self.runtime.rng
+
+    @property
+    def redaction(self) -> RedactionPolicy:
+        return self.runtime.redaction
+
+    @property
+    def record(self) -> bool:
+        return self.runtime.record
+
+    @property
+    def faults(self) -> AttemptInjector | None:
+        return self.runtime.faults
+
+    @property
+    def handler(self) -> ErrorHandler | None:
+        return self.runtime.handler
+
+    @property
+    def metrics(self) -> MetricsRegistry:
+        return self.runtime.metrics
+
+    @property
+    def timeouts(self) -> TimeoutSupervisor:
+        return self.runtime.timeouts
+
+    @property
+    def threads(self) -> WorkerThreads:
+        return self.runtime.threads
+
+    @property
+    def recorder(self) -> TurnRecorder | None:
+        return self.runtime.recorder
+
+    @recorder.setter
+    def recorder(self, recorder: TurnRecorder | None) -> None:
+        self.runtime.recorder = recorder
 
     # --- tools ---------------------------------------------------------------------------
 
@@ -122,13 +178,15 @@ class Engine(CallGuard):
         is_stream = not is_async and (inspect.isasyncgenfunction(fn) or inspect.isasyncgenfunction(call))
         manifest = self.manifests.get(name)
         breaker = CircuitBreaker(name, manifest.circuit_breaker)
+        runtime = self.runtime
         self._tools[name] = RegisteredTool(
-            name, fn, is_async, is_stream, breaker, self.metrics.tool(name), manifest
-        )
-        if self._bus.active:
-            self.publish(
+            name, fn, is_async, is_stream, breaker, self.metrics.tool(name), manifest,
+            runtime.compile(name, manifest),
+        )  # fmt: skip
+        if runtime.bus.active:
+            runtime.publish(
                 ToolRegistered(
-                    at=self.wall_clock(), t=time_anywhere(self.clock), tool_id=name, state=breaker.state
+                    at=self.wall_clock(), t=time_anywhere(runtime.clock), tool_id=name, state=breaker.state
                 )
             )
         for hook in self._registration_hooks:
@@ -170,19 +228,18 @@ class Engine(CallGuard):
     def breaker(self, tool_id: str) -> CircuitBreaker:
         """The tool's breaker, to inspect: change it through :meth:`trip`, :meth:`reset` and
         :meth:`disable`, which announce the transition."""
-        return self._tool(tool_id).breaker
+        return self.runtime.tool(tool_id).breaker
 
     def state(self, tool_id: str) -> BreakerState:
         """The breaker's state now, applying a half-open transition that has come due."""
-        breaker = self._tool(tool_id).breaker
+        breaker = self.runtime.tool(tool_id).breaker
         transition = breaker.poll(current_time())
         if transition is not None:  # come due with no call: the query found it
-            self._transitioned(transition, None, None)
+            self.runtime.transitioned(transition, None, None)
         return breaker.state
 
     def manifest(self, tool_id: str) -> ToolManifest:
-        tool = self._tools.get(tool_id)
-        return tool.manifest if tool is not None else self.manifests.get(tool_id)
+        return self.runtime.manifest(tool_id)
 
     def stats(self, now: float | None = None) -> dict[str, ToolStats]:
         """Per-tool metrics over the engine's life and the rolling window: one snapshot.
@@ -191,11 +248,16 @@ class Engine(CallGuard):
         (:data:`engine.metrics.UNKNOWN_TOOL_ID`). ``now`` is engine time; by default the running
         loop's clock.
         """
-        return self.metrics.snapshot(current_time() if now is None else now)
+        now = current_time() if now is None else now
+        stats = self.metrics.snapshot(now)
+        for name, tool in self._tools.items():
+            if tool.pipeline.general and name in stats:
+                stats[name] = replace(stats[name], strategies=strategy_facts(tool.pipeline.strategies, now))
+        return stats
 
     def check_arguments(self, tool_id: str, args: dict[str, Any]) -> str | None:
         """Why ``args`` cannot be passed to the tool, on one line, or None if they can."""
-        tool = self._tool(tool_id)
+        tool = self.runtime.tool(tool_id)
         if tool.signature is None:
             try:
                 tool.signature = inspect.signature(tool.fn)
@@ -213,49 +275,46 @@ class Engine(CallGuard):
         self, callback: Subscriber, *, direct: bool = False, maxlen: int = 10_000
     ) -> Callable[[], None]:
         """Receive every event; see :class:`engine.bus.EventBus`. Returns an unsubscribe function."""
-        return self._bus.subscribe(callback, direct=direct, maxlen=maxlen)
+        return self.runtime.bus.subscribe(callback, direct=direct, maxlen=maxlen)
 
     @property
     def bus(self) -> EventBus:
-        return self._bus
+        return self.runtime.bus
 
     def redaction_for(self, tool_id: str) -> RedactionPolicy:
         """The engine's redaction policy extended by the tool manifest's ``secret_fields``."""
-        tool = self._tools.get(tool_id)
-        if tool is None or not tool.manifest.secret_fields:
-            return self.redaction
-        return self.redaction.with_fields(tool.manifest.secret_fields)
+        return self.runtime.redaction_for(tool_id)
 
     # --- operator controls ---------------------------------------------------------------
 
     def trip(self, tool_id: str, *, actor: str = "operator", reason: str = "") -> None:
         """Force the breaker open until reset."""
-        breaker = self._tool(tool_id).breaker
-        self._transitioned(breaker.trip(current_time(), actor=actor, reason=reason), None, None)
+        breaker = self.runtime.tool(tool_id).breaker
+        self.runtime.transitioned(breaker.trip(current_time(), actor=actor, reason=reason), None, None)
 
     def reset(self, tool_id: str, *, actor: str = "operator", reason: str = "") -> None:
         """Close the breaker and clear its counts."""
-        breaker = self._tool(tool_id).breaker
-        self._transitioned(breaker.reset(current_time(), actor=actor, reason=reason), None, None)
+        breaker = self.runtime.tool(tool_id).breaker
+        self.runtime.transitioned(breaker.reset(current_time(), actor=actor, reason=reason), None, None)
 
     def disable(self, tool_id: str, *, actor: str = "operator", reason: str = "") -> None:
         """Admit every call while still counting failures."""
-        breaker = self._tool(tool_id).breaker
-        self._transitioned(breaker.disable(current_time(), actor=actor, reason=reason), None, None)
+        breaker = self.runtime.tool(tool_id).breaker
+        self.runtime.transitioned(breaker.disable(current_time(), actor=actor, reason=reason), None, None)
 
     def restore(self, tool_id: str, state: BreakerState, *, actor: str, reason: str, set_at: float) -> None:
         """Put back an operator's standing override — ``FORCED_OPEN`` (a trip) or ``DISABLED`` —
         set by ``actor`` at ``set_at`` (wall clock) for ``reason``, announced as ``BreakerRestored``.
         Works before the engine's event loop runs (a tool registered before ``anyio.run``)."""
-        breaker = self._tool(tool_id).breaker
+        breaker = self.runtime.tool(tool_id).breaker
         if state is BreakerState.FORCED_OPEN:
             move = breaker.trip
         elif state is BreakerState.DISABLED:
             move = breaker.disable
         else:
             raise ValueError(f"only FORCED_OPEN and DISABLED stand until reset, not {state}")
-        tr = move(time_anywhere(self.clock), actor=actor, reason=reason)
-        self.publish(
+        tr = move(time_anywhere(self.runtime.clock), actor=actor, reason=reason)
+        self.runtime.publish(
             BreakerRestored(
                 at=self.wall_clock(), t=tr.t, tool_id=tool_id, from_state=tr.from_state, to_state=tr.to_state,
                 reason=tr.reason, actor=tr.actor, consecutive_failures=tr.consecutive_failures, set_at=set_at,
@@ -267,37 +326,37 @@ class Engine(CallGuard):
     def fleet_open(self, tool_id: str, reason: str) -> bool:
         """Open the breaker because the fleet decided so (announced as ``BreakerOpened`` with
         ``reason``); False when it was not CLOSED or HALF_OPEN, so nothing changed."""
-        transition = self._tool(tool_id).breaker.fleet_open(current_time(), reason)
+        transition = self.runtime.tool(tool_id).breaker.fleet_open(current_time(), reason)
         if transition is not None:
-            self._transitioned(transition, None, None)
+            self.runtime.transitioned(transition, None, None)
         return transition is not None
 
     def fleet_close(self, tool_id: str, reason: str) -> bool:
         """Close the breaker because the fleet's probe succeeded elsewhere (``BreakerClosed``);
         False when it was not OPEN or HALF_OPEN, so nothing changed."""
-        transition = self._tool(tool_id).breaker.fleet_close(current_time(), reason)
+        transition = self.runtime.tool(tool_id).breaker.fleet_close(current_time(), reason)
         if transition is not None:
-            self._transitioned(transition, None, None)
+            self.runtime.transitioned(transition, None, None)
         return transition is not None
 
     # --- calls, streams and turns --------------------------------------------------------
 
     async def call(self, tool_id: str, /, **args: Any) -> Any:
         """Call a tool; returns its value (or a partial result) or raises :class:`ToolError`."""
-        return (await self.execute(tool_id, args)).unwrap()
+        return (await self.runtime.execute(tool_id, args)).unwrap()
 
     async def try_call(self, tool_id: str, /, **args: Any) -> CallResult:
         """Like :meth:`call`, but returns a :class:`CallResult` instead of raising."""
-        return await self.execute(tool_id, args)
+        return await self.runtime.execute(tool_id, args)
 
     def stream(self, tool_id: str, /, **args: Any) -> ToolStream:
         """Consume a streaming tool chunk by chunk: ``async with engine.stream(...) as chunks``."""
-        tool = self._tool(tool_id)
+        tool = self.runtime.tool(tool_id)
         if not tool.is_stream:
             raise TypeError(
                 f"tool {tool_id!r} is not a streaming tool (register an async generator function)"
             )
-        return ToolStream(self, tool_id, args, CallContext(self.new_call_id()))
+        return ToolStream(self.runtime, tool_id, args, CallContext(self.runtime.new_call_id()))
 
     async def run_turn(
         self,
@@ -311,25 +370,17 @@ class Engine(CallGuard):
 
         ``seed`` fixes the calls' jitter (a replay passes the recorded one).
         """
-        return await TurnRunner(self, turn, stop=stop, handler=as_handler(handler), seed=seed).run()
+        return await TurnRunner(self.runtime, turn, stop=stop, handler=as_handler(handler), seed=seed).run()
 
-    def starting_state(self, tool_ids: Iterable[str], now: float) -> tuple[dict[str, Any], dict[str, str]]:
-        """Breaker snapshots and manifest digests of ``tool_ids`` and their alternatives."""
-        seen: dict[str, None] = {}
-        pending = list(tool_ids)
-        while pending:
-            name = pending.pop()
-            if name in seen or name not in self._tools:
-                continue
-            seen[name] = None
-            pending += self._tools[name].manifest.alternatives
-        breakers = {name: self._tools[name].breaker.snapshot(now) for name in seen}
-        manifests = {name: self.manifests.digest(name) for name in seen}
-        return breakers, manifests
-
-    def next_turn_id(self) -> str:
-        """A fresh turn id, unique across runs (drawn from ``rng``: reproducible when it is seeded)."""
-        return f"t{self.rng.getrandbits(48):012x}"
+    def refuse(
+        self, tool_id: str, kind: ErrorKind, message: str, reason: str, *, args: Any = None,
+        call_id: str | None = None, turn_id: str | None = None, trace: list[Event] | None = None,
+    ) -> CallResult:  # fmt: skip
+        """Refuse a call before any attempt (an unknown tool, arguments an LLM executor or adapter cannot
+        pass): a permanent ``kind`` failure, counted and announced as ``CallFailed`` with no attempt."""
+        return self.runtime.refuse(
+            tool_id, kind, message, reason, args=args, call_id=call_id, turn_id=turn_id, trace=trace
+        )
 
     # --- background services -------------------------------------------------------------
 
@@ -338,13 +389,14 @@ class Engine(CallGuard):
             raise RuntimeError("this engine is already started (async with engine: is entered once)")
         try:
             async with AsyncExitStack() as stack:  # unwound if any service fails to start
-                self.clock, self._new_scope = backend_clock(), backend_cancel_scope()
-                self.new_task_group = backend_task_group()
-                stack.callback(setattr, self, "clock", current_time)
-                stack.callback(setattr, self, "_new_scope", CancelScope)
-                stack.callback(setattr, self, "new_task_group", anyio.create_task_group)
+                runtime = self.runtime
+                runtime.clock, runtime.new_scope = backend_clock(), backend_cancel_scope()
+                runtime.new_task_group = backend_task_group()
+                stack.callback(setattr, runtime, "clock", current_time)
+                stack.callback(setattr, runtime, "new_scope", CancelScope)
+                stack.callback(setattr, runtime, "new_task_group", anyio.create_task_group)
                 task_group = await stack.enter_async_context(anyio.create_task_group())
-                stack.callback(self._bus.flush, 5.0)
+                stack.callback(runtime.bus.flush, 5.0)
                 stack.callback(task_group.cancel_scope.cancel)
                 await task_group.start(self.timeouts.run)
                 await task_group.start(self._half_open_timer)
@@ -352,7 +404,7 @@ class Engine(CallGuard):
                     await task_group.start(self._watch_manifests)
                 self._stack = stack.pop_all()
             for event in self.manifests.refusal_events(at=self.wall_clock(), t=current_time()):
-                self.publish(event)  # files skipped at start-up: said once the engine runs
+                self.runtime.publish(event)  # files skipped at start-up: said once the engine runs
         except ExceptionGroup as group:  # one service failed to start: raise its own error
             if len(group.exceptions) == 1:
                 raise group.exceptions[0] from group
@@ -368,7 +420,7 @@ class Engine(CallGuard):
 
     def close(self) -> None:
         """Stop subscriber threads. The engine object stays usable for inspection."""
-        self._bus.close()
+        self.runtime.bus.close()
 
     async def _half_open_timer(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -377,20 +429,20 @@ class Engine(CallGuard):
         task_status.started()
         try:
             while True:
-                self._timer_wakeup = wakeup = anyio.Event()
+                self.runtime.timer_wakeup = wakeup = anyio.Event()
                 now = current_time()
                 due = None
                 for tool in self._tools.values():
                     breaker = tool.breaker
                     transition = breaker.poll(now)
                     if transition is not None:  # the timer's own: no call caused it
-                        self._transitioned(transition, None, None)
+                        self.runtime.transitioned(transition, None, None)
                     if breaker.state is BreakerState.OPEN and breaker.half_open_at is not None:
                         due = breaker.half_open_at if due is None else min(due, breaker.half_open_at)
                 with CancelScope(deadline=due if due is not None else float("inf")):
                     await wakeup.wait()
         finally:
-            self._timer_wakeup = None
+            self.runtime.timer_wakeup = None
 
     async def _watch_manifests(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -398,7 +450,7 @@ class Engine(CallGuard):
         watcher = ManifestWatcher(
             self.manifests,
             self.reload_manifests,
-            self.publish,
+            self.runtime.publish,
             wall_clock=self.wall_clock,
             settle_ms=self._watch_settle_ms,
             debounce_ms=self._watch_debounce_ms,
@@ -420,11 +472,9 @@ class Engine(CallGuard):
             log.exception("manifest reload failed")
             events = []
         # Defaults changes reach tools without a file of their own: refresh every tool.
-        for tool in self._tools.values():
-            tool.manifest = registry.get(tool.name)
-            tool.breaker.config = tool.manifest.circuit_breaker
+        self.runtime.recompile(registry.shared)
         for event in events:
-            self.publish(event)
+            self.runtime.publish(event)
         return events
 
 

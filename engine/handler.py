@@ -12,13 +12,13 @@ Internal: import its public names from :mod:`engine`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from engine.kinds import KIND_INFO, ErrorKind
-from engine.manifest import SideEffect
+from engine.policy import SideEffect
 from engine.strategies.breaker.machine import BreakerState, rejection_reason
 
 if TYPE_CHECKING:
@@ -94,6 +94,11 @@ class FailureContext:
     alternatives: tuple[str, ...]
     """The manifest's alternatives whose breakers admit a call now, in manifest order."""
     partial_result: Any = MISSING
+    strategies: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """What the tool's other strategies say of their state, by section: ``retry_budget`` (calls,
+    retries, allowed, refused, window_s, shared), ``bulkhead`` (in_flight, max_concurrent, queued,
+    max_queued, rejected_full, rejected_timeout, wait_p95_ms); an engine-wide shared one under
+    ``shared.<section>``."""
 
     @property
     def message(self) -> str:

@@ -30,17 +30,13 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationError
 
-from engine.classify import ClassificationOverride
 from engine.config import (
-    DAY_MS,
     MAX_CONFIG_BYTES,
-    NOT_BOOL,
     ConfigError,
     ConfigIssue,
     ParsedYaml,
@@ -51,11 +47,15 @@ from engine.config import (
     read_yaml,
 )
 from engine.events import Event, ManifestLoaded, ManifestRefused, ManifestRejected, ManifestRemoved
-from engine.strategies.breaker.machine import BreakerConfig
-from engine.strategies.retry.policy import RetryPolicy
+from engine.policy import TOOL_ID_PATTERN as TOOL_ID_PATTERN
+from engine.policy import SideEffect as SideEffect
+from engine.policy import ToolManifest as ToolManifest
+from engine.policy import ToolPolicy as ToolPolicy
+from engine.strategies.base import StrategyOptions
+from engine.strategies.registry import shared_sections
+from engine.strategies.sections import take_sections
 
 DEFAULTS_FILE = "defaults.yaml"
-TOOL_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$"
 MAX_MANIFEST_BYTES = MAX_CONFIG_BYTES
 """Manifest files larger than this (1 MiB) are refused unread, unless the registry says otherwise."""
 SIDE_EFFECT_REQUIRED = (
@@ -63,56 +63,6 @@ SIDE_EFFECT_REQUIRED = (
     "(it decides whether a failed call may be sent again)"
 )
 SIDE_EFFECT_NOT_IN_DEFAULTS = "not allowed in defaults: state it in each tool's own file"
-
-
-class SideEffect(StrEnum):
-    """What calling the tool does to the world: decides whether a failed call may be sent again."""
-
-    READ_ONLY = "read_only"
-    IDEMPOTENT = "idempotent"
-    SIDE_EFFECTING = "side_effecting"
-
-
-SecretField = Annotated[str, Field(min_length=1, max_length=200, pattern=r"\S")]
-
-
-class ToolPolicy(BaseModel):
-    """Everything a manifest can set besides identity; ``defaults.yaml`` holds one of these."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
-
-    timeout_ms: Annotated[float, NOT_BOOL] = Field(default=30_000.0, gt=0, le=DAY_MS)
-    idle_timeout_ms: Annotated[float, NOT_BOOL] | None = Field(default=None, gt=0, le=DAY_MS)
-    """Cut an attempt off after this long without progress (:func:`engine.report_progress`, MCP
-    progress notifications); each report pushes the deadline back, never past ``timeout_ms``.
-    None: no idle window."""
-    retry_policy: RetryPolicy = RetryPolicy()
-    circuit_breaker: BreakerConfig = BreakerConfig()
-    classification: tuple[ClassificationOverride, ...] = ()
-    alternatives: tuple[str, ...] = ()
-    side_effect: SideEffect = SideEffect.IDEMPOTENT
-    """Defaults to idempotent for manifests built in code; a manifest file must state it."""
-    retry_ambiguous: bool = False
-    """Allow retrying a side-effecting call after an ambiguous failure (timeout, reset)."""
-    secret_fields: tuple[SecretField, ...] = ()
-    """More field names whose values events never hold (see :mod:`engine.redaction`)."""
-
-    @field_validator("idle_timeout_ms")
-    @classmethod
-    def _idle_below_timeout(cls, value: float | None, info: ValidationInfo) -> float | None:
-        timeout_ms = info.data.get("timeout_ms")
-        if value is not None and timeout_ms is not None and value >= timeout_ms:
-            raise ValueError(f"must be less than timeout_ms ({timeout_ms:g}), the hard cap")
-        return value
-
-
-class ToolManifest(ToolPolicy):
-    id: str = Field(pattern=TOOL_ID_PATTERN)
-    description: str = ""
-
-    @property
-    def timeout_s(self) -> float:
-        return self.timeout_ms / 1000.0
 
 
 class _ToolFile(BaseModel):
@@ -169,19 +119,26 @@ def _check_tool(parsed: ParsedYaml, defaults: Mapping[str, Any], shown: str) -> 
     return ManifestError(issues) if issues else manifest
 
 
-def _check_defaults(parsed: ParsedYaml, shown: str) -> dict[str, Any] | ManifestError:
+def _check_defaults(
+    parsed: ParsedYaml, shown: str
+) -> tuple[dict[str, Any], dict[str, StrategyOptions]] | ManifestError:
+    """The defaults for every tool, and the engine-wide strategies set beside them (one
+    ``retry_budget`` shared by all tools), or every problem with them."""
     defaults = parsed.raw["defaults"]
     issues: list[ConfigIssue] = []
     if isinstance(defaults, Mapping) and "side_effect" in defaults:
         line = parsed.lines.get(("defaults", "side_effect"))
         issues.append(ConfigIssue(shown, line, "defaults.side_effect", SIDE_EFFECT_NOT_IN_DEFAULTS))
+    rest, shared, problems = take_sections(parsed.raw, shared_sections())
+    if problems:
+        issues += issues_from(ValidationError.from_exception_data("defaults", problems), shown, parsed.lines)
     try:
-        _DefaultsFile.model_validate(parsed.raw)
+        _DefaultsFile.model_validate(rest)
     except ValidationError as exc:
         issues += issues_from(exc, shown, parsed.lines)
     if issues:
         return ManifestError(issues)
-    return dict(defaults) if isinstance(defaults, Mapping) else {}
+    return (dict(defaults) if isinstance(defaults, Mapping) else {}), shared
 
 
 def load_manifest(path: str | Path, defaults: Mapping[str, Any] | None = None) -> ToolManifest:
@@ -258,6 +215,8 @@ class ManifestRegistry:
     refused: dict[str, str] = field(default_factory=dict)
     """Files that could not be read, and why (start-up included); the last good version stays."""
     max_bytes: int = MAX_MANIFEST_BYTES
+    shared: dict[str, StrategyOptions] = field(default_factory=dict)
+    """The engine-wide strategies ``defaults.yaml`` sets beside ``defaults:`` (one shared instance each)."""
     _defaults: dict[str, Any] = field(default_factory=dict)
     _defaults_digest: str | None = None
     _files: dict[Path, _FileState] = field(default_factory=dict)
@@ -421,12 +380,13 @@ class ManifestRegistry:
         if file.problem is not None:
             return [self._reject(shown, file.problem, self._defaults_digest, at, t)]
         new_defaults: dict[str, Any] = {}
+        new_shared: dict[str, StrategyOptions] = {}
         digest = None
         if file.parsed is not None:
             checked = _check_defaults(file.parsed, shown)
             if isinstance(checked, ManifestError):
                 return [self._reject(shown, checked, self._defaults_digest, at, t)]
-            new_defaults, digest = checked, file.parsed.digest
+            (new_defaults, new_shared), digest = checked, file.parsed.digest
             if digest == self._defaults_digest and not self._troubled(shown):
                 return []
         # Re-validate every tool under the new defaults: all or nothing.
@@ -443,7 +403,7 @@ class ManifestRegistry:
                 [ConfigIssue(shown, None, "", f"these defaults break {p}") for p in problems]
             )
             return [self._reject(shown, error, self._defaults_digest, at, t)]
-        self._defaults, self._defaults_digest = new_defaults, digest
+        self._defaults, self._defaults_digest, self.shared = new_defaults, digest, new_shared
         self._fallbacks, self._fallback_digests = {}, {}
         self.rejected.pop(shown, None)
         self.refused.pop(shown, None)

@@ -28,7 +28,8 @@ Internal: import its public names from :mod:`engine`.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 GROWTH = 1.05
@@ -60,7 +61,8 @@ class Counts:
     ``error_count`` counts failed attempts (each is transient or permanent; a timeout is
     also in ``timeout_count``). ``failures`` counts calls that ended failed — those refused
     before any attempt too (an unknown tool, arguments that cannot be passed) —, ``rejections``
-    calls the breaker refused without an attempt, ``skipped`` calls a turn never ran.
+    calls the breaker or another strategy (a full bulkhead) refused without an attempt,
+    ``skipped`` calls a turn never ran.
     """
 
     calls: int = 0
@@ -110,9 +112,12 @@ class ToolStats:
     """Calls per second over the window: window calls / window_s."""
     sparkline: tuple[int, ...]
     """Calls per second for the last ``history_s`` seconds, oldest first, ending with the current one."""
+    strategies: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    """The tool's other strategies' state by section (a bulkhead's occupancy, a retry budget's
+    refusals), as :attr:`engine.handler.FailureContext.strategies` has it; empty for the backbone."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "tool_id": self.tool_id,
             "life": self.life.to_dict(),
             "window": self.window.to_dict(),
@@ -120,6 +125,9 @@ class ToolStats:
             "rate_per_s": self.rate_per_s,
             "sparkline": list(self.sparkline),
         }
+        if self.strategies:
+            out["strategies"] = {section: dict(facts) for section, facts in self.strategies.items()}
+        return out
 
 
 class _Tally:

@@ -10,21 +10,22 @@ Internal: the engine's machinery, no public names.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
     from engine.bus import EventBus
-    from engine.call import CallContext, CallResult
+    from engine.call import CallContext, CallResult, RegisteredTool
     from engine.classify import Classification
     from engine.errors import TraceStoreError
     from engine.events import Event
-    from engine.handler import HandlerLike
+    from engine.handler import ErrorHandler, HandlerLike
     from engine.manifest import ToolManifest
     from engine.metrics import MetricsRegistry
     from engine.redaction import RedactionPolicy
+    from engine.strategies.breaker.machine import Transition
     from engine.strategies.timeout.supervisor import TimeoutSupervisor
 
 
@@ -55,6 +56,33 @@ class EngineCalls(Protocol):
     def publish(self, event: Event, trace: list[Event] | None = None) -> None: ...
 
     def redaction_for(self, tool_id: str) -> RedactionPolicy: ...
+
+
+class CallRuntime(EngineCalls, Protocol):
+    """What a call going through its pipeline (:class:`~engine.pipeline.call.Call`) asks of the
+    engine's runtime that runs it."""
+
+    @property
+    def clock(self) -> Callable[[], float]: ...
+
+    @property
+    def bus(self) -> EventBus: ...
+
+    @property
+    def rng(self) -> random.Random: ...
+
+    @property
+    def redaction(self) -> RedactionPolicy: ...
+
+    @property
+    def handler(self) -> ErrorHandler | None: ...
+
+    @property
+    def tools(self) -> Mapping[str, RegisteredTool]: ...
+
+    def transitioned(self, tr: Transition, ctx: CallContext | None, call_id: str | None) -> None: ...
+
+    def next_call_ordinal(self, tool_id: str) -> int: ...
 
 
 class EngineForStreams(EngineCalls, Protocol):

@@ -144,10 +144,13 @@ class CallFailed(ToolEvent):
 
 @dataclass(slots=True, kw_only=True)
 class CallRejected(ToolEvent):
-    """Short-circuited by the breaker: no attempt was made."""
+    """Refused before any attempt — by the breaker, or a strategy such as a full bulkhead (``kind``
+    says which): no attempt was made."""
 
     state: BreakerState
+    """The breaker's state then."""
     reason: str
+    kind: ErrorKind = ErrorKind.CIRCUIT_OPEN
 
     def describe(self) -> str:
         return f"{self.tool_id} rejected: {self.reason}"

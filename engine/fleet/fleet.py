@@ -575,7 +575,7 @@ class Fleet:
             forced_open=tuple(forced),
         )  # fmt: skip
         log.warning("%s", event.describe())
-        self.engine.publish(event)
+        self.engine.runtime.publish(event)
 
     def _restored(self, down_s: float) -> None:
         # The tools forced open stay so until the next round trip brings the standing state
@@ -588,7 +588,7 @@ class Fleet:
             server=self.config.server, down_s=down_s,
         )  # fmt: skip
         log.warning("%s", event.describe())
-        self.engine.publish(event)
+        self.engine.runtime.publish(event)
 
 
 __all__ = ["FLEET_ACTOR", "FLEET_REASON", "Fleet"]

@@ -119,7 +119,7 @@ class ToolCallExecutor:
         if self._bindings_engine is not engine:
             self._bindings.clear()
             self._bindings_engine = engine
-        turn_id = turn_id if turn_id is not None else engine.next_turn_id()
+        turn_id = turn_id if turn_id is not None else engine.runtime.next_turn_id()
         injector = engine.faults
         if isinstance(injector, FaultInjector):
             calls = [self._as_faulted(call, turn_id, injector) for call in calls]
@@ -210,7 +210,7 @@ class ToolCallExecutor:
                         content = success_content(redacted)
                 else:  # an object's repr is text to look into too
                     content = success_content(policy.value(jsonable(value), secrets))
-            engine.publish(
+            engine.runtime.publish(
                 ToolResultSent(
                     at=at, t=t, tool_id=item.tool_name, call_id=item.call_id, turn_id=turn_id,
                     content=content, is_error=item.is_error, status=item.status, error_type=error_type,

@@ -135,7 +135,7 @@ class OverrideKeeper:
 
     def start(self, engine: Engine) -> None:
         """Read the standing overrides (or drop them) and put them back on the registered tools; the
-        same for every tool registered from now on. Events go through ``engine.publish``."""
+        same for every tool registered from now on. Events go through ``engine.runtime.publish``."""
         self._engine = engine
         if self.policy == "forget":
             dropped = self._store.forget_overrides()
@@ -143,8 +143,8 @@ class OverrideKeeper:
                 forgotten = {tool: o.as_dict() for tool, o in dropped.items()}
                 origin = command_origin()  # who started this engine told it to forget them
                 actor = f"operator:{origin.user}@{origin.host}"
-                at, t = engine.wall_clock(), time_anywhere(engine.clock)
-                engine.publish(OverridesForgotten(at=at, t=t, forgotten=forgotten, actor=actor))
+                at, t = engine.wall_clock(), time_anywhere(engine.runtime.clock)
+                engine.runtime.publish(OverridesForgotten(at=at, t=t, forgotten=forgotten, actor=actor))
         elif self.policy == "keep":
             self._standing = self._store.standing_overrides()
             for tool_id in list(engine.tool_ids):

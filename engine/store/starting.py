@@ -29,7 +29,7 @@ def starting_events(engine: Engine, *, keeps_overrides: bool) -> list[Event]:
 
 
 def _versions_in_force(engine: Engine) -> list[Event]:
-    wall, now = engine.wall_clock(), time_anywhere(engine.clock)
+    wall, now = engine.wall_clock(), time_anywhere(engine.runtime.clock)
     events: list[Event] = []
     for tool_id, entry in engine.manifests.entries.items():
         try:
@@ -48,7 +48,7 @@ def _versions_in_force(engine: Engine) -> list[Event]:
 
 
 def _recording_started(engine: Engine, keeps_overrides: bool) -> RecordingStarted:
-    now, me = time_anywhere(engine.clock), this_process()
+    now, me = time_anywhere(engine.runtime.clock), this_process()
     breakers = {}
     for tool_id in engine.tool_ids:
         b = engine.breaker(tool_id)

@@ -27,7 +27,7 @@ Internal: the engine's machinery; :mod:`engine.strategies` has the public names.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
@@ -145,11 +145,16 @@ def overrides(strategy: Strategy[Any], hook: str) -> bool:
     return getattr(type(strategy), hook) is not getattr(Strategy, hook)
 
 
-def strategy_facts(strategies: Mapping[str, Strategy[Any]], now: float) -> dict[str, Mapping[str, Any]]:
-    """Every strategy's facts by section, leaving out those with nothing to say."""
+SHARED = "*"
+"""The tool id of an engine-wide shared strategy (one instance in every tool's pipeline)."""
+
+
+def strategy_facts(strategies: Iterable[Strategy[Any]], now: float) -> dict[str, Mapping[str, Any]]:
+    """Every strategy's facts by section (``shared.<section>`` for an engine-wide one), leaving out
+    those with nothing to say."""
     out = {}
-    for section, strategy in strategies.items():
+    for strategy in strategies:
         facts = strategy.facts(now)
         if facts:
-            out[section] = facts
+            out[f"shared.{strategy.section}" if strategy.tool_id == SHARED else strategy.section] = facts
     return out

@@ -4,6 +4,11 @@ Engine modes: a test that builds its engine with ``await new_engine(...)`` runs 
 the engine runs in — not started, and started with ``async with engine`` (as the console and
 ``tripwire serve`` run it) — on each backend of ``anyio_backend``: four runs. A test limits
 its modes with ``@pytest.mark.engine_modes("started", reason=...)``.
+
+Pipeline paths: in two of the four runs (trio started, asyncio not started) every engine the test
+builds compiles a pass-through strategy into every tool's pipeline, so its calls take the general
+path; the other two take the backbone's fused path. Each path thus runs on both backends, started
+and not, and the whole suite shows the two paths behave the same (issue 23).
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 import functools
 import inspect
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack
 from contextvars import ContextVar
 from typing import Any
@@ -21,6 +26,8 @@ import pytest
 
 from engine import Engine, ToolManifest
 from engine.events import Event
+from engine.strategies import registry
+from engine.strategies.base import CallView, Refusal, Strategy, StrategyOptions
 
 WALL = 1_762_338_645.0  # 2025-11-05T10:30:45Z, the example timestamp of spec-map trace.shape
 
@@ -138,10 +145,42 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("engine_mode", modes, indirect=True)
 
 
+class PassThrough(Strategy[StrategyOptions]):
+    """Has every hook and changes nothing: a tool with it takes the pipeline's general path."""
+
+    section = "pass_through"
+    options_type = StrategyOptions
+
+    def call_started(self, call: CallView) -> None:
+        pass
+
+    async def admit(self, call: CallView) -> Refusal | None:
+        return None
+
+    def attempt_ended(self, call: CallView) -> None:
+        pass
+
+    def retry_refusal(self, call: CallView) -> str | None:
+        return None
+
+
+def general_path(backend: Any, mode: str) -> bool:
+    """Whether a test run in ``mode`` on ``backend`` takes the general path (see the docstring)."""
+    name = backend[0] if isinstance(backend, tuple) else str(backend)
+    return (name == "trio") == (mode == "started")
+
+
 @pytest.fixture
-def engine_mode(request: pytest.FixtureRequest) -> str:
+def engine_mode(request: pytest.FixtureRequest) -> Iterator[str]:
     mode: str = request.param
-    return mode
+    if not general_path(request.getfixturevalue("anyio_backend"), mode):
+        yield mode
+        return
+    uninstall = registry.install(PassThrough, every_tool=True)
+    try:
+        yield mode
+    finally:
+        uninstall()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -125,7 +125,7 @@ async def test_an_engine_s_idle_tools_report_zeros_beside_a_called_one() -> None
     assert stats["idle"] == zero_stats("idle", 10, 120)
     assert stats["idle_too"] == zero_stats("idle_too", 10, 120)
     assert stats["called"].life.successes == 1
-    assert engine._tools["idle"].metrics._ring is None
+    assert engine.runtime.tools["idle"].metrics._ring is None
 
 
 def test_registering_a_thousand_tools_holds_under_two_kilobytes_each() -> None:

@@ -361,7 +361,7 @@ async def test_handler_texts_are_redacted_and_so_is_the_log(caplog: pytest.LogCa
     events = recorded(engine)
     engine.register("t", Scripted(PermissionError("no")))
     engine.register("backup", Scripted("ok"))
-    assert (await engine.execute("t", {}, handler=routing)).value == "ok"
+    assert (await engine.runtime.execute("t", {}, handler=routing)).value == "ok"
     (used,) = [e for e in events if isinstance(e, AlternativeUsed)]
     assert used.reason.startswith("use the backup, Bearer [REDACTED:")
     assert_absent([BEARER], dumped(events))

@@ -193,7 +193,7 @@ async def test_closing_finishes_the_turns_it_saw_start_as_interrupted(tmp_path: 
     with TraceStore(tmp_path / "t.db") as store:
         recorder = TraceRecorder(store, durability="batch", batch_ms=5).attach(engine)
         for event in turn_events("half", WALL, outcome=None):  # a turn that never got to its end
-            engine.publish(event)
+            engine.runtime.publish(event)
         recorder.close()
         row = store.load_turn("half").row
     assert row.outcome == "interrupted"

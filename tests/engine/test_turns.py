@@ -228,9 +228,9 @@ async def test_turns_on_asyncio_with_the_engine_running() -> None:
         ]
     )
     async with engine:
-        assert engine.clock() == pytest.approx(anyio.current_time(), abs=0.5)
+        assert engine.runtime.clock() == pytest.approx(anyio.current_time(), abs=0.5)
         results = [await engine.run_turn(turn) for _ in range(3)]
-    assert engine.clock is anyio.current_time, "restored when the engine stops"
+    assert engine.runtime.clock is anyio.current_time, "restored when the engine stops"
 
     def canonical(event: Any) -> tuple[float, int, int]:  # time, then (depth, position) of the call
         if event.event_type == "TurnStarted":

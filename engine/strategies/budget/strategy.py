@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.strategies.base import CallView, Strategy
+from engine.strategies.base import SHARED, CallView, Strategy
 from engine.strategies.budget.events import RetryBudgetSpent
 from engine.strategies.budget.options import RetryBudgetOptions
 from engine.strategies.budget.window import RetryBudgetWindow
 
-SHARED_TOOL_ID = "*"
+SHARED_TOOL_ID = SHARED
 """The ``tool_id`` of the one instance every tool shares (``retry_budget`` in ``defaults.yaml``)."""
 
 

@@ -86,7 +86,7 @@ async def fleet_of(
     engines = [await new_engine(*manifests()) for _ in range(count)]
     nodes = []
     for engine in engines:
-        engine.wall_clock = time.time  # commands carry real wall-clock times
+        engine.runtime.wall_clock = time.time  # commands carry real wall-clock times
         service = Service()
         engine.register("search", service)
         engine.register("lookup", lookup)

@@ -43,7 +43,7 @@ pytestmark = pytest.mark.anyio
 async def join_with(stack: AsyncExitStack, engine: Engine, url: str, key: bytes | None, tool: str) -> Node:
     """``engine`` joins the fleet with ``tool`` alone registered (``search`` or ``lookup``): the
     other one comes later."""
-    engine.wall_clock = time.time
+    engine.runtime.wall_clock = time.time
     service = Service()
     engine.register(tool, service if tool == "search" else lookup)
     events = recorded(engine)

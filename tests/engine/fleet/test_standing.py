@@ -32,7 +32,7 @@ pytestmark = pytest.mark.anyio
 
 async def join(stack: AsyncExitStack, engine: Engine, url: str, key: bytes | None) -> Node:
     """``engine`` (made at the test's start: see ``fleet_of``) joins the fleet now."""
-    engine.wall_clock = time.time
+    engine.runtime.wall_clock = time.time
     service = Service()
     engine.register("search", service)
     engine.register("lookup", lookup)

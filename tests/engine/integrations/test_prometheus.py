@@ -166,9 +166,9 @@ async def test_the_fleet_gauge_says_whether_redis_answers_once_a_fleet_event_was
     # What a Fleet publishes when its Redis stops answering, and when it answers again.
     where = "redis.internal:6379/0"
     down = FleetUnavailable(at=WALL, t=0.0, namespace="prod", server=where, error="refused", policy="local")
-    engine.publish(down)
+    engine.runtime.publish(down)
     assert scrape(registry)[gauge] == 0
-    engine.publish(FleetRestored(at=WALL, t=1.0, namespace="prod", server=where, down_s=1.0))
+    engine.runtime.publish(FleetRestored(at=WALL, t=1.0, namespace="prod", server=where, down_s=1.0))
     assert scrape(registry)[gauge] == 1
 
 

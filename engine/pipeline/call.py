@@ -1,0 +1,104 @@
+"""The one object a call carries through its tool's pipeline: :class:`Call`.
+
+The tool, the manifest in force when the call began, the call and turn ids, the turn's deadline
+and trace, the attempt, the engine's clock and the outcome so far — so no step re-threads them as
+parameters. The backbone's fused path builds it only once a call needs a decision (a failure, a
+rejection); a tool with more strategies has it from the start, since every hook is handed it.
+
+Internal: the engine's machinery.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from engine.call import CallContext, RegisteredTool
+    from engine.events import Event
+    from engine.handler import ErrorHandler
+    from engine.pipeline.compiled import Pipeline
+    from engine.protocols import CallRuntime
+    from engine.policy import ToolManifest
+    from engine.redaction import RedactionPolicy
+
+
+@dataclass(slots=True)
+class Call:
+    """One guarded call going through its tool's pipeline (a strategy sees it as a ``CallView``)."""
+
+    runtime: CallRuntime
+    tool: RegisteredTool
+    manifest: ToolManifest
+    """In force for the whole call, even across reloads."""
+    args: dict[str, Any]
+    ctx: CallContext | None
+    call_id: str
+    turn_id: str | None
+    trace: list[Event] | None
+    start: float
+    handler: ErrorHandler | None
+    """The call's own handler, normalized (see :func:`~engine.handler.as_handler`); None defers to
+    the engine's."""
+    pipeline: Pipeline
+    """The tool's pipeline when the call began: a reload swaps the tool's, never this call's."""
+    attempt: int = 0
+    ran: bool = False
+    """Did any failed attempt run the tool (its kind says executed)? The call's ``executed``, whatever
+    its last kind or an alternative's (spec-map kinds.count-executed)."""
+    secrets: tuple[str, ...] | None = None
+    """The values of the call's secret arguments, looked for in its error texts; found when first needed."""
+    scrubbed: tuple[str, str] = ("", "")
+    """The last text scrubbed and what it became: the last attempt's error and the call's are one."""
+
+    # --- what a strategy sees (engine.strategies.base.CallView) ---------------------------
+
+    @property
+    def tool_id(self) -> str:
+        return self.tool.name
+
+    @property
+    def deadline(self) -> float | None:
+        return self.ctx.deadline if self.ctx is not None else None
+
+    @property
+    def now(self) -> float:
+        return self.runtime.clock()
+
+    @property
+    def wall_clock(self) -> Callable[[], float]:
+        return self.runtime.wall_clock
+
+    @property
+    def observed(self) -> bool:
+        return self.trace is not None or self.runtime.bus.active
+
+    def announce(self, event: Event) -> None:
+        self.runtime.publish(event, self.trace)
+
+    # --- the call's own text ------------------------------------------------------------
+
+    def scrub(self, policy: RedactionPolicy, text: str) -> str:
+        """This call's free text (an error, a handler's reason) as its events may hold it under
+        ``policy`` (the engine's, extended by the tool manifest's ``secret_fields``)."""
+        if not policy.enabled:
+            return text
+        if self.manifest.secret_fields:
+            policy = policy.with_fields(self.manifest.secret_fields)
+        if self.scrubbed[0] == text:
+            return self.scrubbed[1]
+        if self.secrets is None:
+            self.secrets = policy.secrets_in(self.args) if self.args else ()
+        clean = policy.text(text, self.secrets)
+        self.scrubbed = (text, clean)
+        return clean
+
+    def scrub_reason(self, reason: str) -> str:
+        """A decision's reason: the engine's own words are safe; a custom handler's are scrubbed."""
+        runtime = self.runtime
+        return (
+            reason
+            if self.handler is None and runtime.handler is None
+            else self.scrub(runtime.redaction, reason)
+        )

@@ -1,0 +1,94 @@
+"""A tool's pipeline, compiled from its manifest at ``register`` and on every reload.
+
+:func:`compile_pipeline` builds one :class:`~engine.strategies.base.Strategy` per section the
+manifest sets (and the engine-wide shared ones), in :data:`~engine.strategies.registry.ORDER`,
+each handed the live state of the one it replaces. The result is immutable: a reload swaps the
+whole pipeline between calls, and a call keeps the pipeline it started with.
+
+Internal: the engine's machinery.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from engine.strategies import registry
+from engine.strategies.base import SHARED, Strategy, overrides
+
+if TYPE_CHECKING:
+    from engine.policy import ToolPolicy
+
+
+@dataclass(frozen=True, slots=True)
+class Pipeline:
+    """A tool's compiled strategies, and per hook the ones that have it."""
+
+    strategies: tuple[Strategy[Any], ...] = ()
+    call_started: tuple[Strategy[Any], ...] = ()
+    admit: tuple[Strategy[Any], ...] = ()
+    """Those that admit attempts or see them end (``admit``/``attempt_ended``)."""
+    retry_refusal: tuple[Strategy[Any], ...] = ()
+
+    @property
+    def general(self) -> bool:
+        """Anything beyond the backbone: the call takes the general path."""
+        return bool(self.strategies)
+
+    def own(self, section: str) -> Strategy[Any] | None:
+        """The tool's own strategy of ``section`` (not an engine-wide shared one)."""
+        return next((s for s in self.strategies if s.section == section and s.tool_id != SHARED), None)
+
+
+BACKBONE = Pipeline()
+"""Breaker, timeout, retry, classify, decide and nothing else: the fused path."""
+
+
+def compile_pipeline(
+    tool_id: str,
+    policy: ToolPolicy,
+    *,
+    shared: Mapping[str, Strategy[Any]],
+    previous: Pipeline | None = None,
+) -> Pipeline:
+    """``tool_id``'s pipeline under ``policy``, taking over ``previous``'s live state."""
+    compiled: list[Strategy[Any]] = []
+    for strategy_type in registry.ORDER:
+        section = strategy_type.section
+        options = policy.strategies.get(section)
+        if options is None and section in registry.EVERY_TOOL:
+            options = strategy_type.options_type()
+        if options is not None:
+            strategy = strategy_type(tool_id, options)
+            old = previous.own(section) if previous is not None else None
+            if old is not None and type(old) is strategy_type:
+                strategy.handover(old)
+            compiled.append(strategy)
+        if section in shared:
+            compiled.append(shared[section])
+    if not compiled:
+        return BACKBONE
+    return Pipeline(
+        tuple(compiled),
+        tuple(s for s in compiled if overrides(s, "call_started")),
+        tuple(s for s in compiled if overrides(s, "admit") or overrides(s, "attempt_ended")),
+        tuple(s for s in compiled if overrides(s, "retry_refusal")),
+    )
+
+
+def compile_shared(
+    options: Mapping[str, Any], previous: Mapping[str, Strategy[Any]]
+) -> dict[str, Strategy[Any]]:
+    """The engine-wide strategies ``defaults.yaml`` sets at its top level, keeping their state."""
+    shared: dict[str, Strategy[Any]] = {}
+    for section, strategy_type in registry.shared_sections().items():
+        section_options = options.get(section)
+        if section_options is None:
+            continue
+        strategy = strategy_type(SHARED, section_options)
+        old = previous.get(section)
+        if old is not None and type(old) is strategy_type:
+            strategy.handover(old)
+        shared[section] = strategy
+    return shared
