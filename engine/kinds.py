@@ -3,7 +3,8 @@
 One kind per meaning (spec-map kinds.one-catalogue). The tool kinds, the spec's categories and the
 LLM-provider kinds overlap (``timeout`` appears in all three, "rate limited" is the
 provider's ``rate_limit``, "authentication/permission" is ``auth_error``); each meaning
-is listed once, and :data:`KIND_SOURCES` records the spec-map entries that asked for it.
+is listed once, and :data:`KIND_SOURCES` records the spec-map entries that asked for it. A
+strategy's refusal (``bulkhead_full``) is a kind of its own, its source the strategy's package.
 
 Internal: import its public names from :mod:`engine`.
 """
@@ -44,6 +45,8 @@ class ErrorKind(StrEnum):
     UNSUPPORTED = "unsupported"
     INVALID_RESPONSE = "invalid_response"
     CIRCUIT_OPEN = "circuit_open"
+    # the strategies' own (engine.strategies)
+    BULKHEAD_FULL = "bulkhead_full"
     # spec-map kinds.llm-kinds not already above
     QUOTA_EXCEEDED = "quota_exceeded"
     MODEL_ERROR = "model_error"
@@ -117,6 +120,12 @@ KIND_INFO: dict[ErrorKind, KindInfo] = {
     ErrorKind.CIRCUIT_OPEN: KindInfo(
         False, _T, False, "Rejected by the tool's open circuit breaker; no attempt was made."
     ),
+    ErrorKind.BULKHEAD_FULL: KindInfo(
+        False,
+        _T,
+        False,
+        "Rejected by the tool's bulkhead: too many calls in flight or queued; no attempt was made.",
+    ),
     ErrorKind.QUOTA_EXCEEDED: KindInfo(
         True, _P, False, "A billing or daily quota is exhausted; retrying will not help."
     ),
@@ -149,6 +158,7 @@ KIND_SOURCES: dict[ErrorKind, tuple[str, ...]] = {
     ErrorKind.UNSUPPORTED: ("kinds.spec-categories: unsupported operation",),
     ErrorKind.INVALID_RESPONSE: ("kinds.spec-categories: response/schema validation",),
     ErrorKind.CIRCUIT_OPEN: ("kinds.spec-categories: circuit open",),
+    ErrorKind.BULKHEAD_FULL: ("strategies.bulkhead",),
     ErrorKind.QUOTA_EXCEEDED: ("kinds.llm-kinds",),
     ErrorKind.MODEL_ERROR: ("kinds.llm-kinds",),
     ErrorKind.NETWORK_ERROR: ("kinds.llm-kinds",),

@@ -24,13 +24,19 @@ SPEC_CATEGORIES = {
     "response/schema validation": "invalid_response",
     "circuit open": "circuit_open",
 }
+STRATEGY_KINDS = {"bulkhead_full": "strategies.bulkhead"}
+"""The refusals of engine.strategies, each sourced to its strategy's package."""
 
 
 def test_every_required_kind_is_in_the_catalogue_once() -> None:
     values = [k.value for k in ErrorKind]
     assert len(values) == len(set(values))
-    required = SEED_004_TOOL | SEED_004_LLM | set(SPEC_CATEGORIES.values())
-    assert required == set(values), "no kind missing, none invented beyond the three sources"
+    required = SEED_004_TOOL | SEED_004_LLM | set(SPEC_CATEGORIES.values()) | set(STRATEGY_KINDS)
+    assert required == set(values), (
+        "no kind missing, none invented beyond the three sources and the strategies"
+    )
+    for name, package in STRATEGY_KINDS.items():
+        assert KIND_SOURCES[ErrorKind(name)] == (package,)
 
 
 def test_every_kind_carries_its_meaning_in_code() -> None:
@@ -45,6 +51,7 @@ def test_seed_004_executed_flags() -> None:
     for name in SEED_004_TOOL:
         assert ErrorKind(name).executed is (name not in not_executed), name
     assert not ErrorKind.CIRCUIT_OPEN.executed
+    assert not ErrorKind.BULKHEAD_FULL.executed
 
 
 def test_spec_classes() -> None:
