@@ -15,9 +15,9 @@ guarded call emits two.
 from __future__ import annotations
 
 # ruff: noqa: I001 - the import order is the order event types register in (EVENT_TYPES, README's
-# vocabulary table): calls, turns, breakers, manifests, fleet, an engine's run.
-from engine.events.base import EVENT_TYPES, Event
-from engine.events.base import allocate as allocate  # internal: the hot paths' constructor
+# vocabulary table): calls, turns, breakers, manifests, fleet, an engine's run, strategies.
+from engine.event import EVENT_TYPES, Event, ToolEvent
+from engine.event import allocate as allocate  # internal: the hot paths' constructor
 from engine.events.calls import (
     AlternativeUsed,
     AttemptFailed,
@@ -27,7 +27,6 @@ from engine.events.calls import (
     CallSucceeded,
     HandlerFailed,
     StreamEnded,
-    ToolEvent,
     ToolResultSent,
     ToolTimedOut,
 )
@@ -56,16 +55,18 @@ from engine.events.breakers import breaker_event_type as breaker_event_type  # i
 from engine.events.manifests import ManifestLoaded, ManifestRefused, ManifestRejected, ManifestRemoved
 from engine.events.fleet import FleetRestored, FleetUnavailable
 from engine.events.lifecycle import OverridesForgotten, RecordingStarted, ToolRegistered
+from engine.strategies.bulkhead.events import BulkheadQueued, BulkheadRejected
+from engine.strategies.budget.events import RetryBudgetSpent
 from engine.events.shapes import field_shapes as field_shapes  # internal: the codecs'
 from engine.events.shapes import event_from_dict, vocabulary_markdown
 
 __all__ = [
-    "EVENT_TYPES", "AlternativeUsed", "AttemptFailed", "AttemptStarted", "BreakerClosed",
-    "BreakerDisabled", "BreakerHalfOpened", "BreakerOpened", "BreakerReset", "BreakerRestored",
-    "BreakerTransitioned", "BreakerTripped", "CallEscalated", "CallFailed", "CallRejected",
+    "EVENT_TYPES", "AlternativeUsed", "AttemptFailed", "AttemptStarted", "BreakerClosed", "BreakerDisabled",
+    "BreakerHalfOpened", "BreakerOpened", "BreakerReset", "BreakerRestored", "BreakerTransitioned",
+    "BreakerTripped", "BulkheadQueued", "BulkheadRejected", "CallEscalated", "CallFailed", "CallRejected",
     "CallSkipped", "CallSucceeded", "DefaultUsed", "DependencyBlocked", "Event", "FleetRestored",
     "FleetUnavailable", "HandlerFailed", "ManifestLoaded", "ManifestRefused", "ManifestRejected",
-    "ManifestRemoved", "OverridesForgotten", "RecordingStarted", "StreamEnded", "ToolEvent",
-    "ToolRegistered", "ToolResultSent", "ToolTimedOut", "TurnCanceled", "TurnDeadlineExceeded",
+    "ManifestRemoved", "OverridesForgotten", "RecordingStarted", "RetryBudgetSpent", "StreamEnded",
+    "ToolEvent", "ToolRegistered", "ToolResultSent", "ToolTimedOut", "TurnCanceled", "TurnDeadlineExceeded",
     "TurnFinished", "TurnInterrupted", "TurnStarted", "event_from_dict", "vocabulary_markdown",
 ]  # fmt: skip

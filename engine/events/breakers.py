@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.events.base import Event, when
+from engine.event import Event, when
 from engine.strategies.breaker.machine import BreakerState
 
 

@@ -6,19 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from engine.events.base import Event
+from engine.event import ToolEvent
 from engine.kinds import ErrorClass, ErrorKind
 from engine.metrics import UNKNOWN_TOOL_ID
 from engine.strategies.breaker.machine import BreakerState
-
-
-@dataclass(slots=True, kw_only=True)
-class ToolEvent(Event, abstract=True):
-    """Something that happened to one call of one tool."""
-
-    tool_id: str
-    call_id: str
-    turn_id: str | None = None
 
 
 @dataclass(slots=True, kw_only=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.events.base import Event
+from engine.event import Event
 
 
 @dataclass(slots=True, kw_only=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from engine.events.base import Event
+from engine.event import Event
 
 
 @dataclass(slots=True, kw_only=True)

@@ -10,13 +10,21 @@ from dataclasses import dataclass, fields
 from enum import Enum
 from typing import Any
 
-from engine.events.base import EVENT_TYPES, Event
+from engine.event import EVENT_TYPES, Event
 
 
 def vocabulary_markdown() -> str:
-    """README's table of event types, generated from :data:`EVENT_TYPES`."""
+    """README's table of event types, generated from :data:`EVENT_TYPES`: the engine's own in the
+    order they register, then each strategy's by its package (whatever order they were imported in)."""
     rows = ["| event_type | class | meaning |", "| --- | --- | --- |"]
-    for name, cls in EVENT_TYPES.items():
+    ranked = enumerate(EVENT_TYPES.items())
+
+    def rank(entry: tuple[int, tuple[str, type[Event]]]) -> tuple[bool, str, int]:
+        index, (_, cls) = entry
+        own = cls.__module__.startswith("engine.events.")
+        return (not own, "" if own else cls.__module__, index)
+
+    for _, (name, cls) in sorted(ranked, key=rank):
         doc = (cls.__doc__ or "").strip().splitlines()[0]
         rows.append(f"| `{name}` | `{cls.__name__}` | {doc} |")
     return "\n".join(rows)

@@ -6,8 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from engine.events.base import Event
-from engine.events.calls import ToolEvent
+from engine.event import Event, ToolEvent
 
 
 @dataclass(slots=True, kw_only=True)

@@ -19,8 +19,8 @@ if TYPE_CHECKING:
     from engine.events import Event
     from engine.handler import ErrorHandler
     from engine.pipeline.compiled import Pipeline
-    from engine.protocols import CallRuntime
     from engine.policy import ToolManifest
+    from engine.protocols import CallRuntime
     from engine.redaction import RedactionPolicy
 
 

@@ -13,11 +13,10 @@ from typing import Any
 
 from engine.strategies.base import Strategy
 from engine.strategies.budget.strategy import RetryBudgetStrategy
-
-# BULKHEAD from engine.strategies.bulkhead.strategy import BulkheadStrategy
+from engine.strategies.bulkhead.strategy import BulkheadStrategy
 
 ORDER: list[type[Strategy[Any]]] = [
-    # BULKHEAD BulkheadStrategy,  # before each attempt, once the breaker admitted it
+    BulkheadStrategy,  # before each attempt, once the breaker admitted it
     RetryBudgetStrategy,  # when a retry is decided
 ]
 """The compiled strategies, in the order their hooks run (the backbone's place: engine.strategies)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.events.calls import ToolEvent
+from engine.event import ToolEvent
 
 
 @dataclass(slots=True, kw_only=True)

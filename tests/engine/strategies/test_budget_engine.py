@@ -123,7 +123,10 @@ def write(directory: Path, name: str, text: str) -> None:
     (directory / name).write_text(text)
 
 
-SVC = "tool:\n  id: {name}\n  side_effect: read_only\n  retry_policy: {{initial_delay_ms: 0, max_delay_ms: 0}}\n"
+SVC = (
+    "tool:\n  id: {name}\n  side_effect: read_only\n"
+    "  retry_policy: {{initial_delay_ms: 0, max_delay_ms: 0}}\n"
+)
 
 
 async def test_one_budget_in_defaults_yaml_is_shared_by_every_tool(tmp_path: Path) -> None:

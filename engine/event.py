@@ -1,6 +1,7 @@
-"""Internal: what every event is — :class:`Event`, the registry of event types, and the
-fast way hot paths build one. The events themselves are in the sibling modules; import them all
-from :mod:`engine.events`."""
+"""Internal: what every event is — :class:`Event`, :class:`ToolEvent` (one call's), the registry
+of event types, and the fast way hot paths build one. The events themselves are in
+:mod:`engine.events`' modules and in each strategy's package (:mod:`engine.strategies`); import
+them all from :mod:`engine.events`. Outside that package, so a strategy's events need not import it."""
 
 from __future__ import annotations
 
@@ -48,6 +49,15 @@ class Event:
             out[name] = value.value if isinstance(value, Enum) else value
         out["message"] = self.describe()
         return out
+
+
+@dataclass(slots=True, kw_only=True)
+class ToolEvent(Event, abstract=True):
+    """Something that happened to one call of one tool."""
+
+    tool_id: str
+    call_id: str
+    turn_id: str | None = None
 
 
 def when(at: object) -> str:
