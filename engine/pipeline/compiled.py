@@ -28,7 +28,9 @@ class Pipeline:
     strategies: tuple[Strategy[Any], ...] = ()
     call_started: tuple[Strategy[Any], ...] = ()
     admit: tuple[Strategy[Any], ...] = ()
-    """Those that admit attempts or see them end (``admit``/``attempt_ended``)."""
+    """Those that admit attempts or see them end (``admit_now``/``admit``/``attempt_ended``)."""
+    ended: tuple[Strategy[Any], ...] = ()
+    """``admit`` reversed: attempts end in the reverse order they were admitted."""
     retry_refusal: tuple[Strategy[Any], ...] = ()
 
     @property
@@ -40,6 +42,8 @@ class Pipeline:
         """The tool's own strategy of ``section`` (not an engine-wide shared one)."""
         return next((s for s in self.strategies if s.section == section and s.tool_id != SHARED), None)
 
+
+ADMITTING_HOOKS = ("admit_now", "admit", "attempt_ended")
 
 BACKBONE = Pipeline()
 """Breaker, timeout, retry, classify, decide and nothing else: the fused path."""
@@ -69,11 +73,15 @@ def compile_pipeline(
             compiled.append(shared[section])
     if not compiled:
         return BACKBONE
+    admitting = tuple(
+        s for s in compiled if any(overrides(s, h) for h in ("admit_now", "admit", "attempt_ended"))
+    )
     return Pipeline(
-        tuple(compiled),
-        tuple(s for s in compiled if overrides(s, "call_started")),
-        tuple(s for s in compiled if overrides(s, "admit") or overrides(s, "attempt_ended")),
-        tuple(s for s in compiled if overrides(s, "retry_refusal")),
+        strategies=tuple(compiled),
+        call_started=tuple(s for s in compiled if overrides(s, "call_started")),
+        admit=admitting,
+        ended=admitting[::-1],
+        retry_refusal=tuple(s for s in compiled if overrides(s, "retry_refusal")),
     )
 
 

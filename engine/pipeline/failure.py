@@ -10,6 +10,7 @@ Internal: the engine's machinery.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -54,25 +55,44 @@ CIRCUIT_OPEN = Classification(
 
 
 async def admit_attempt(call: Call) -> Refusal | None:
-    """Let attempt ``call.attempt`` through the pipeline's admitting strategies, in order; on a
-    refusal (or a cancellation while one waits) those that admitted it already let go again."""
+    """Let attempt ``call.attempt`` through the pipeline's admitting strategies, in order — at once
+    where they can (``admit_now``), else awaiting their ``admit``; on a refusal (or a cancellation
+    while one waits) those that admitted it already let go again."""
     admitted: list[Strategy[Any]] = []
     try:
         for strategy in call.pipeline.admit:
-            refusal = await strategy.admit(call)
-            if refusal is not None:
-                attempt_ended(call, admitted)
-                return refusal
+            if not strategy.admit_now(call):
+                refusal = await strategy.admit(call)
+                if refusal is not None:
+                    let_go(call, admitted)
+                    return refusal
             admitted.append(strategy)
     except BaseException:
-        attempt_ended(call, admitted)
+        let_go(call, admitted)
         raise
     return None
 
 
-def attempt_ended(call: Call, strategies: Any = None) -> None:
-    """Tell the strategies that admitted the attempt (all the pipeline's by default) it ended."""
-    for strategy in reversed(tuple(call.pipeline.admit if strategies is None else strategies)):
+def admitted_now(call: Call) -> bool:
+    """Whether every admitting strategy let the attempt through at once (no await); if not, those
+    that did let go again and :func:`admit_attempt` takes over."""
+    admitting = call.pipeline.admit
+    for index, strategy in enumerate(admitting):
+        if not strategy.admit_now(call):
+            let_go(call, admitting[:index])
+            return False
+    return True
+
+
+def attempt_ended(call: Call) -> None:
+    """Tell the strategies that admitted the attempt it ended, the last admitted first."""
+    for strategy in call.pipeline.ended:
+        strategy.attempt_ended(call)
+
+
+def let_go(call: Call, admitted: Sequence[Strategy[Any]]) -> None:
+    """Tell the strategies in ``admitted`` (part of an attempt's admission) the attempt is off."""
+    for strategy in reversed(admitted):
         strategy.attempt_ended(call)
 
 
@@ -179,7 +199,7 @@ async def after_failure(
         if call.pipeline.admit:
             call.attempt = attempt + 1
             try:
-                refused_by = await admit_attempt(call)
+                refused_by = None if admitted_now(call) else await admit_attempt(call)
             except BaseException:
                 breaker.record(retry, AttemptOutcome.ABANDONED, current_time())
                 raise

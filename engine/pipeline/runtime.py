@@ -20,6 +20,7 @@ Internal: the engine's machinery, no public names.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import random
 from collections.abc import Callable, Collection, Iterable, Mapping
@@ -34,6 +35,7 @@ from engine.bus import EventBus
 from engine.call import CallContext, CallResult, RegisteredTool, recorded_value
 from engine.cancellation import is_stray_cancellation, stray_cancellation_error
 from engine.classify import Classification, classify
+from engine.clock import backend_cancel_scope
 from engine.errors import ToolError
 from engine.events import AttemptStarted, CallFailed, CallSucceeded, Event, allocate, breaker_event_type
 from engine.handler import Decision, ErrorHandler, HandlerLike, as_handler
@@ -98,6 +100,7 @@ class Runtime:
         self.timer_wakeup: anyio.Event | None = None
         """Set while the engine's half-open timer waits: a breaker opening wakes it to re-plan."""
         self._call_ids = itertools.count(1)
+        self._adopted_scope: Callable[[], CancelScope] = CancelScope
 
     # --- events --------------------------------------------------------------------------
 
@@ -177,7 +180,11 @@ class Runtime:
             return self.refuse(tool_id, *unknown, args=args, call_id=call_id, turn_id=turn_id, trace=trace)
         breaker = tool.breaker
         metrics = tool.metrics
-        clock = self.clock
+        timeouts = self.timeouts
+        if timeouts.running:  # started: the backend's own clock, scopes and the supervisor
+            clock, new_scope, supervised = self.clock, self.new_scope, True
+        else:
+            clock, new_scope, supervised = self._unstarted()
         start = now = clock()
         metrics.on_call(now)
         manifest = tool.manifest  # in force for the whole call, even across reloads
@@ -215,7 +222,7 @@ class Runtime:
         if call is not None and pipeline.admit:
             call.attempt = 1
             try:
-                refusal = await failure.admit_attempt(call)
+                refusal = None if failure.admitted_now(call) else await failure.admit_attempt(call)
             except BaseException:  # cancelled while waiting (the turn's deadline, a stop)
                 breaker.record(permit, AttemptOutcome.ABANDONED, current_time())
                 raise
@@ -238,8 +245,6 @@ class Runtime:
             ordinal = tool.calls
         else:
             ordinal = 0
-        timeouts = self.timeouts
-        new_scope = self.new_scope
         timeout_s = manifest.timeout_ms / 1000.0
         idle_ms = manifest.idle_timeout_ms  # None on the hot path: no idle window
         admitting = pipeline.admit
@@ -269,7 +274,7 @@ class Runtime:
             error: Exception | None = None
             if idle_ms is not None:  # its own deadline, pushed back by progress (see the supervisor)
                 scope, bucket = enter_idle_window(new_scope(), now, idle_ms / 1000.0, cutoff, clock), None
-            elif timeouts.running:
+            elif supervised:
                 scope = new_scope()
                 bucket = timeouts.watch(timeout_s, scope, cutoff)
             else:
@@ -341,6 +346,18 @@ class Runtime:
             if isinstance(next_step, CallResult):
                 return next_step
             permit, now = next_step, clock()  # admitted to retry
+
+    def _unstarted(self) -> tuple[Callable[[], float], Callable[[], CancelScope], bool]:
+        """A call's clock, scope factory and supervision while the engine is not started: on
+        asyncio the running loop's own (the supervisor adopts it once per loop: its timers need no
+        task), elsewhere anyio's, each scope with its own deadline."""
+        loop = asyncio._get_running_loop()
+        if loop is None:
+            return current_time, CancelScope, False
+        if self.timeouts.adopted is not loop:
+            self.timeouts.adopt(loop)
+            self._adopted_scope = backend_cancel_scope()
+        return loop.time, self._adopted_scope, True
 
     def failed_after_opening(
         self, tool_id: str, error: BaseException, ctx: CallContext | None, call_id: str, *, timed_out: bool

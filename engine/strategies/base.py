@@ -9,7 +9,9 @@ The pipeline (:mod:`engine.pipeline`) calls only the hooks a strategy overrides,
 
 - ``call_started(call)`` once per call, before anything else (a retry budget counts calls);
 - ``await admit(call)`` before each attempt, once the breaker admitted it: a :class:`Refusal` ends
-  the attempt unsent (a full bulkhead). It may wait, never past ``call.deadline``;
+  the attempt unsent (a full bulkhead). It may wait, never past ``call.deadline``. A strategy
+  that can often admit at once also has ``admit_now(call)``: True lets the attempt through
+  without ``admit`` (and without an await);
 - ``attempt_ended(call)`` after each attempt a strategy admitted, however it ended (a
   cancellation included): give back what ``admit`` took;
 - ``retry_refusal(call)`` when a retry is decided: a reason refuses it (a spent retry budget) and
@@ -119,6 +121,11 @@ class Strategy(Generic[Options]):
     def call_started(self, call: CallView) -> None:
         """A call of the tool began (before its breaker admitted it)."""
 
+    def admit_now(self, call: CallView) -> bool:
+        """Let attempt ``call.attempt`` through at once if it can (True: :meth:`admit` is skipped);
+        False sends it to :meth:`admit`. The common case then costs no await."""
+        return False
+
     async def admit(self, call: CallView) -> Refusal | None:
         """Let attempt ``call.attempt`` through, perhaps after a wait bounded by ``call.deadline``."""
         return None
@@ -137,7 +144,7 @@ class Strategy(Generic[Options]):
 
 # The hooks the pipeline compiles into per-tool lists: a strategy is in a list only when it
 # overrides the hook, so a pipeline of strategies that never wait costs no awaits.
-HOOKS = ("call_started", "admit", "attempt_ended", "retry_refusal")
+HOOKS = ("call_started", "admit_now", "admit", "attempt_ended", "retry_refusal")
 
 
 def overrides(strategy: Strategy[Any], hook: str) -> bool:

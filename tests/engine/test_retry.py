@@ -222,6 +222,14 @@ def test_plan_retry_never_raises_and_delays_are_finite_and_capped(
         assert attempts_made < policy.max_attempts
 
 
+def test_a_subnormal_initial_delay_grows_without_overflow() -> None:
+    """Found by hypothesis: ``cap / initial`` overflowed to inf, so the cap check never held and
+    ``8 ** 342`` overflowed."""
+    policy = RetryPolicy(initial_delay_ms=5e-324, max_delay_ms=1.0, multiplier=8.0, jitter_percent=0)
+    assert policy.base_delay_ms(343) == pytest.approx(5e-324 * 2.0**1026, rel=1e-9)
+    assert policy.base_delay_ms(400) == 1.0
+
+
 @given(policy=_policies, retry=st.integers(1, 10 * MAX_ATTEMPTS))
 def test_the_backoff_rule(policy: RetryPolicy, retry: int) -> None:
     """``fixed``: the initial delay, always. Exponential: ``initial × multiplier^(retry−1)`` capped at

@@ -32,6 +32,9 @@ class BulkheadStrategy(Strategy[BulkheadOptions]):
             previous.state.reconfigure(self.options)
             self.state = previous.state
 
+    def admit_now(self, call: CallView) -> bool:
+        return self.state.try_enter()
+
     async def admit(self, call: CallView) -> Refusal | None:
         bulkhead = self.state
         if bulkhead.try_enter():

@@ -19,6 +19,9 @@ from engine.config import DAY_MS, NOT_BOOL
 
 MAX_ATTEMPTS = 100
 MAX_MULTIPLIER = 10.0
+_EXP_LIMIT = 700.0
+"""Under ``log(sys.float_info.max)`` (~709.8): ``multiplier ** n`` is finite while
+``n × log(multiplier)`` is below it."""
 
 
 class RetryPolicy(BaseModel):
@@ -53,10 +56,14 @@ class RetryPolicy(BaseModel):
             return initial
         if retry <= 1 or initial == 0 or self.multiplier == 1.0 or initial >= cap:
             return min(initial, cap)
-        # Cap before multiplying: once the exponent reaches the cap (compared in log space),
+        # Cap before multiplying: once the exponent reaches the cap (compared in log space, each
+        # side's own log: ``cap / initial`` overflows for a subnormal initial delay),
         # ``multiplier ** n`` is never computed, so no retry number can overflow it.
-        if (retry - 1) * math.log(self.multiplier) >= math.log(cap / initial):
+        growth = (retry - 1) * math.log(self.multiplier)
+        if growth >= math.log(cap) - math.log(initial):
             return cap
+        if growth > _EXP_LIMIT:  # a tiny initial delay: the power alone would overflow
+            return min(math.exp(math.log(initial) + growth), cap)
         return min(initial * self.multiplier ** (retry - 1), cap)
 
     def delay_s(self, retry: int, rng: random.Random) -> float:

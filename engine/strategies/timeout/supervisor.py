@@ -57,6 +57,24 @@ class TimeoutSupervisor:
         self.running = False
         """While true, :meth:`watch` enforces deadlines; otherwise scopes carry their own."""
 
+    def adopt(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Enforce deadlines with ``loop``'s own timers while the engine is not started: on asyncio
+        the wake-up is a ``call_at`` callback, so no task of the engine's need run for it. Attempts
+        left from another loop (one that ended with them) keep their own deadlines."""
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer, self._target = None, math.inf
+        for bucket in self._buckets.values():
+            for scope, deadline in bucket.items():
+                scope.deadline = deadline
+        self._buckets = {}
+        self._loop = loop
+
+    @property
+    def adopted(self) -> asyncio.AbstractEventLoop | None:
+        """The asyncio loop whose timers enforce the deadlines (None: trio's, or none yet)."""
+        return self._loop
+
     def watch(self, timeout_s: float, scope: CancelScope, deadline: float) -> Bucket:
         """Cancel ``scope`` at ``deadline`` (``timeout_s`` from now); returns the key for :meth:`done`."""
         bucket = self._buckets.get(timeout_s)
