@@ -226,7 +226,7 @@ def test_a_subnormal_initial_delay_grows_without_overflow() -> None:
     """Found by hypothesis: ``cap / initial`` overflowed to inf, so the cap check never held and
     ``8 ** 342`` overflowed."""
     policy = RetryPolicy(initial_delay_ms=5e-324, max_delay_ms=1.0, multiplier=8.0, jitter_percent=0)
-    assert policy.base_delay_ms(343) == pytest.approx(5e-324 * 2.0**1026, rel=1e-9)
+    assert policy.base_delay_ms(343) == pytest.approx(2.0**-1074 * 8.0**171 * 8.0**171, rel=1e-9)
     assert policy.base_delay_ms(400) == 1.0
 
 
