@@ -129,6 +129,7 @@ def main() -> None:
     parser.add_argument("--case", choices=CASES, help="run one case and print µs per call")
     parser.add_argument("--instructions", action="store_true", help="count instructions per call")
     parser.add_argument("--against", type=Path, help="another checkout to compare with")
+    parser.add_argument("--cases", nargs="+", choices=CASES, default=CASES, help="the cases to run")
     args = parser.parse_args()
     here = Path(__file__).resolve().parent.parent
     if args.case is not None:
@@ -138,7 +139,7 @@ def main() -> None:
     unit = "instructions/call" if args.instructions else "µs/call"
     print(f"| case | {' | '.join(f'{name} ({unit})' for name in roots)} |")
     print(f"| --- |{' ---: |' * len(roots)}")
-    for case in CASES:
+    for case in args.cases:
         cells = []
         for root in roots.values():
             if args.instructions:

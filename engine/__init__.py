@@ -75,12 +75,16 @@ if TYPE_CHECKING:
     from engine.metrics import Counts, ToolStats
     from engine.outcomes import CallOutcome, CallStatus, TurnResult
     from engine.redaction import RedactionPolicy
+    from engine.strategies.base import CallView, Refusal, Strategy, StrategyOptions
     from engine.strategies.breaker.machine import (
         AttemptOutcome,
         BreakerConfig,
         BreakerState,
         CircuitBreaker,
     )
+    from engine.strategies.budget.options import RetryBudgetOptions
+    from engine.strategies.bulkhead.options import BulkheadOptions
+    from engine.strategies.registry import install_strategy
     from engine.strategies.retry.policy import RetryPlan, RetryPolicy, plan_retry
     from engine.strategies.timeout.supervisor import report_progress
     from engine.trace import TurnTrace
@@ -144,6 +148,10 @@ _HOMES: Final[dict[str, tuple[str, ...]]] = {
     "engine.metrics": ("Counts", "ToolStats"),
     "engine.outcomes": ("CallOutcome", "CallStatus", "TurnResult"),
     "engine.redaction": ("RedactionPolicy",),
+    "engine.strategies.base": ("CallView", "Refusal", "Strategy", "StrategyOptions"),
+    "engine.strategies.budget.options": ("RetryBudgetOptions",),
+    "engine.strategies.bulkhead.options": ("BulkheadOptions",),
+    "engine.strategies.registry": ("install_strategy",),
     "engine.strategies.retry.policy": ("RetryPlan", "RetryPolicy", "plan_retry"),
     "engine.strategies.timeout.supervisor": ("report_progress",),
     "engine.trace": ("TurnTrace",),
@@ -195,10 +203,12 @@ __all__ = [
     "AttemptOutcome",
     "BreakerConfig",
     "BreakerState",
+    "BulkheadOptions",
     "CallContext",
     "CallOutcome",
     "CallResult",
     "CallStatus",
+    "CallView",
     "CircuitBreaker",
     "Classification",
     "ClassificationOverride",
@@ -220,10 +230,14 @@ __all__ = [
     "ManifestError",
     "ManifestRegistry",
     "RedactionPolicy",
+    "Refusal",
+    "RetryBudgetOptions",
     "RetryPlan",
     "RetryPolicy",
     "Rule",
     "SideEffect",
+    "Strategy",
+    "StrategyOptions",
     "ToolBatch",
     "ToolCall",
     "ToolCallExecutor",
@@ -243,6 +257,7 @@ __all__ = [
     "TurnTrace",
     "classify",
     "format_tool_error_for_llm",
+    "install_strategy",
     "load_manifest",
     "parse_anthropic_tool_uses",
     "parse_openai_tool_calls",

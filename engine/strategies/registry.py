@@ -1,7 +1,7 @@
 """The strategies in the pipeline's order, and their manifest sections.
 
 :data:`ORDER` is the one list: adding a strategy is its package and one line here. Code outside
-the engine (a test, an extension) adds one with :func:`install` instead, without editing a file.
+the engine (a test, an extension) adds one with :func:`install_strategy` instead, without editing a file.
 
 Internal: the engine's machinery.
 """
@@ -35,7 +35,7 @@ def shared_sections() -> Mapping[str, type[Strategy[Any]]]:
     return {strategy.section: strategy for strategy in ORDER if strategy.shared_section}
 
 
-def install(
+def install_strategy(
     strategy: type[Strategy[Any]], *, before: str | None = None, every_tool: bool = False
 ) -> Callable[[], None]:
     """Add ``strategy`` to the pipeline (before the strategy of section ``before``, else last);

@@ -176,7 +176,7 @@ def engine_mode(request: pytest.FixtureRequest) -> Iterator[str]:
     if not general_path(request.getfixturevalue("anyio_backend"), mode):
         yield mode
         return
-    uninstall = registry.install(PassThrough, every_tool=True)
+    uninstall = registry.install_strategy(PassThrough, every_tool=True)
     try:
         yield mode
     finally:

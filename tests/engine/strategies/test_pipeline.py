@@ -76,7 +76,7 @@ class Gate(Strategy[GateOptions]):
 
 @pytest.fixture
 def gate() -> Iterator[None]:
-    uninstall = registry.install(Gate, before="retry_budget")
+    uninstall = registry.install_strategy(Gate, before="retry_budget")
     try:
         yield
     finally:
