@@ -188,6 +188,9 @@ class DefaultErrorHandler:
                 why = rejection_reason(tool_id, breaker_state)
             else:  # raised by the tool itself
                 why = "circuit breaker open: no attempt made"
+        elif kind is ErrorKind.BULKHEAD_FULL:
+            # A rejection by the tool's bulkhead: in its own words, as without a custom handler.
+            why = c.reason
         else:
             why = f"{c.error_class} error ({kind}): retrying will not help"
         return self.without_retry(

@@ -422,7 +422,8 @@ def decisions(events: Iterable[Event]) -> dict[str, Fact]:
         elif isinstance(e, CallFailed):
             facts[f"{where} end"] = Fact(f"failed {e.kind} → {e.decision}", (at,))
         elif isinstance(e, CallRejected):
-            facts[f"{where} end"] = Fact(f"rejected ({e.state})", (at,))
+            # By the breaker (circuit_open) or a strategy (bulkhead_full): the kind says whose.
+            facts[f"{where} end"] = Fact(f"rejected {e.kind} ({e.state})", (at,))
         elif isinstance(e, AlternativeUsed):
             facts[f"{where} alternative"] = Fact(e.alternative, (at,))
         elif isinstance(e, CallSkipped | CallEscalated | DefaultUsed):

@@ -36,6 +36,8 @@ from engine.events import (
     AttemptFailed,
     AttemptStarted,
     BreakerTransitioned,
+    BulkheadQueued,
+    BulkheadRejected,
     CallEscalated,
     CallFailed,
     CallRejected,
@@ -44,6 +46,7 @@ from engine.events import (
     DefaultUsed,
     Event,
     HandlerFailed,
+    RetryBudgetSpent,
     ToolTimedOut,
     TurnCanceled,
     TurnDeadlineExceeded,
@@ -125,6 +128,8 @@ class SpanBuilder:
             CallEscalated: self._blocked, DefaultUsed: self._default_used, TurnStarted: self._turn_started,
             TurnFinished: self._turn_finished, TurnDeadlineExceeded: self._turn_note,
             TurnCanceled: self._turn_note, TurnInterrupted: self._turn_note,
+            BulkheadQueued: self._bulkhead_queued, BulkheadRejected: self._bulkhead_rejected,
+            RetryBudgetSpent: self._retry_budget_spent,
         }  # fmt: skip
         """Each kind of event the spans need, and what is done with it."""
         for cls in _breaker_classes():
@@ -297,10 +302,39 @@ class SpanBuilder:
             self._durations.record(e.latency_ms / 1000.0, (e.tool_id, str(e.kind)))
 
     def _rejected(self, e: CallRejected, context: Context | None) -> None:
+        # Refused before any attempt: by the breaker (circuit_open) or a strategy (bulkhead_full).
         call = self._open(e.tool_id, e.call_id, e.turn_id, e.at, context)
-        attributes = {"tripwire.breaker.state": str(e.state), "tripwire.reason": e.reason}
+        kind = str(e.kind)
+        attributes = {ERROR_TYPE: kind, "tripwire.breaker.state": str(e.state), "tripwire.reason": e.reason}
         call.events.append(("tripwire.call.rejected", _ns(e.at), attributes))
-        self._end(call, e.at, "circuit_open", e.reason, {"tripwire.attempts": 0})
+        self._end(call, e.at, kind, e.reason, {"tripwire.attempts": 0, "tripwire.call.status": "not_run"})
+
+    def _bulkhead_queued(self, e: BulkheadQueued, context: Context | None) -> None:
+        # An attempt queued; a first attempt's is its call's first event: the span starts with the wait.
+        call = self._open(e.tool_id, e.call_id, e.turn_id, e.at, context)
+        attributes: Attributes = {
+            "tripwire.attempt": e.attempt, "tripwire.bulkhead.in_flight": e.in_flight,
+            "tripwire.bulkhead.queued": e.queued,
+        }  # fmt: skip
+        call.events.append(("tripwire.bulkhead.queued", _ns(e.at), attributes))
+
+    def _bulkhead_rejected(self, e: BulkheadRejected, context: Context | None) -> None:
+        call = self._open(e.tool_id, e.call_id, e.turn_id, e.at, context)
+        attributes: Attributes = {
+            "tripwire.attempt": e.attempt, "tripwire.reason": e.reason,
+            "tripwire.bulkhead.in_flight": e.in_flight, "tripwire.bulkhead.queued": e.queued,
+            "tripwire.bulkhead.waited_ms": e.waited_ms,
+        }  # fmt: skip
+        call.events.append(("tripwire.bulkhead.rejected", _ns(e.at), attributes))
+
+    def _retry_budget_spent(self, e: RetryBudgetSpent, context: Context | None) -> None:
+        call = self._open(e.tool_id, e.call_id, e.turn_id, e.at, context)
+        attributes: Attributes = {
+            "tripwire.attempt": e.attempt, "tripwire.reason": e.reason,
+            "tripwire.retry_budget.retries": e.retries, "tripwire.retry_budget.calls": e.calls,
+            "tripwire.retry_budget.window_s": e.window_s, "tripwire.retry_budget.shared": e.shared,
+        }  # fmt: skip
+        call.events.append(("tripwire.retry_budget.spent", _ns(e.at), attributes))
 
     def _breaker(self, e: BreakerTransitioned, context: Context | None) -> None:
         if e.call_id is None:  # the half-open timer, a state query or an operator: no call's trace

@@ -1,4 +1,5 @@
-"""Prometheus metrics: an engine's tool calls, attempts, errors, breakers and turns, for scraping.
+"""Prometheus metrics: an engine's tool calls, attempts, errors, breakers, bulkheads, retry budgets
+and turns, for scraping.
 
 Needs the ``[prometheus]`` extra (``pip install 'tripwire[prometheus]'``: prometheus-client).
 :class:`PrometheusMetrics` attaches to an engine and registers a collector on a registry (the
@@ -6,10 +7,11 @@ global ``prometheus_client.REGISTRY`` unless given one), so any process that alr
 registry — ``prometheus_client.start_http_server``, a web framework's ``/metrics`` — exposes
 tripwire's metrics too; :func:`start_metrics_server` serves a registry on its own (what
 ``tripwire serve --metrics-port`` runs). The metrics, whose labels are only ``tool``, ``outcome``,
-``kind``, ``class`` and ``state`` — never a call or turn id, so their number stays bounded:
+``kind``, ``class``, ``state`` and ``reason`` — never a call or turn id, so their number stays bounded:
 
 * ``tripwire_calls_total{tool,outcome}``: calls ended — ``ok``, ``partial`` (a partial result
-  kept), ``failed``, ``rejected`` (short-circuited by the breaker), ``skipped`` / ``escalated``
+  kept), ``failed``, ``rejected`` (refused before any attempt by the breaker or a full bulkhead),
+  ``skipped`` / ``escalated``
   (an optional / required call not run because a dependency did not succeed); a call cut off by
   its turn's deadline or stop has no outcome of its own: its turn's outcome says it;
 * ``tripwire_attempts_total{tool}``, ``tripwire_retries_total{tool}`` (attempts after the first);
@@ -18,14 +20,23 @@ tripwire's metrics too; :func:`start_metrics_server` serves a registry on its ow
   pass (``CallFailed`` with no attempt: also counted ``failed`` in ``tripwire_calls_total``); one
   refused as an unknown tool or under a name no tool has is labelled ``tool="(unknown)"``: a
   model's invented names never become label values;
-* ``tripwire_rejections_total{tool}`` (``CallRejected``), ``tripwire_timeouts_total{tool}``
-  (attempts cut off by their timeout or idle window, ``ToolTimeout``);
+* ``tripwire_rejections_total{tool,kind}``: calls refused before any attempt (``CallRejected``),
+  by the kind of the refusal: ``circuit_open`` (the breaker) or ``bulkhead_full``;
+  ``tripwire_timeouts_total{tool}`` (attempts cut off by their timeout or idle window, ``ToolTimeout``);
 * ``tripwire_breaker_state{tool,state}``: one gauge per state, 1 for the state each registered
   tool's breaker is in when scraped, else 0 (an OPEN breaker whose open period has run out shows
   OPEN until the engine's half-open timer or its next call moves it); ``tripwire_breaker_opens_total{tool}``
   (``BreakerOpened``: the engine opened it; an operator's trip is a state, not an open);
 * ``tripwire_attempt_duration_seconds{tool}``: a histogram of each attempt's own duration (the
   ``latency_ms`` of a failed attempt, the ``attempt_ms`` of a successful one);
+* for a tool with a ``bulkhead``, read when scraped: ``tripwire_bulkhead_in_flight{tool}``,
+  ``tripwire_bulkhead_queued{tool}``, ``tripwire_bulkhead_limit{tool}`` (``max_concurrent``),
+  ``tripwire_bulkhead_queue_limit{tool}`` (``max_queued``), ``tripwire_bulkhead_wait_p95_seconds{tool}``
+  (recent queue waits: the last minute's, at most 128; 0 with none) and
+  ``tripwire_bulkhead_rejections_total{tool,reason}``: attempts refused — a call's first or a retry —
+  ``full`` at once, or after their queue wait ran out (``timeout``);
+* for a tool with a ``retry_budget``: ``tripwire_retry_budget_refusals_total{tool}``, retries the
+  budget refused; the engine-wide budget of ``defaults.yaml`` is one series, ``tool="(shared)"``;
 * ``tripwire_turns_total{outcome}``: turns ended, by ``TurnFinished.outcome``;
 * ``tripwire_fleet_available``: in a process of a fleet (:mod:`engine.fleet`), 0 from a
   ``FleetUnavailable`` (its Redis unreachable: the process decides alone) until a
@@ -34,17 +45,23 @@ tripwire's metrics too; :func:`start_metrics_server` serves a registry on its ow
 
 Off the hot path: the engine calls a direct subscriber that only bumps plain dict counters (about
 0.35 µs per event measured, two per successful call); the metric families are built when scraped,
-on the scraper's thread, from copies of those counters and from each breaker's state then.
+on the scraper's thread, from copies of those counters and from each breaker's state then. The
+bulkheads' and retry budgets' figures are their strategies' own facts (what ``engine.stats()``
+reports as ``strategies``), read from each strategy when scraped — not through ``engine.stats()``,
+which would snapshot every tool's whole metrics on a thread not the engine's — so no event is
+counted for them and a tool without the section has no series.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from bisect import bisect_left
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 from wsgiref.simple_server import WSGIServer
 
+from anyio import NoEventLoopError
 from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
@@ -55,6 +72,8 @@ from engine.events import (
     AttemptFailed,
     AttemptStarted,
     BreakerOpened,
+    BulkheadQueued,
+    BulkheadRejected,
     CallEscalated,
     CallFailed,
     CallRejected,
@@ -67,6 +86,7 @@ from engine.events import (
     TurnFinished,
 )
 from engine.metrics import UNKNOWN_TOOL_ID
+from engine.strategies.base import SHARED, strategy_facts
 from engine.strategies.breaker.machine import BreakerState
 
 if TYPE_CHECKING:
@@ -79,6 +99,8 @@ DURATION_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5
 
 UNKNOWN_TOOL_LABEL: Final = UNKNOWN_TOOL_ID
 """The ``tool`` label of a call refused as an unknown tool: not a valid tool id, so never a real one."""
+SHARED_BUDGET_LABEL: Final = "(shared)"
+"""The ``tool`` label of the engine-wide retry budget (``defaults.yaml``): not a valid tool id either."""
 
 _STATES: Final = tuple(BreakerState)
 
@@ -109,11 +131,11 @@ class PrometheusMetrics(ClosedOnExit):
 
     def collect(self) -> list[Metric]:
         """Every metric family, built from the counts now (the registry calls it on a scrape)."""
-        return _families(self._counts, self.engine)
+        return _families(self._counts, self.engine, _engine_now(self.engine, self._counts.clock_offset))
 
     def describe(self) -> list[Metric]:
         """The metric families without samples: the names the registry checks for clashes."""
-        return _families(_Counts(self._counts.buckets), None)
+        return _families(_Counts(self._counts.buckets), None, 0.0)
 
     def close(self) -> None:
         """Detach from the engine and unregister from the registry (once; later calls do nothing)."""
@@ -135,7 +157,7 @@ class _Counts:
         self.attempts: dict[str, int] = {}
         self.retries: dict[str, int] = {}
         self.errors: dict[tuple[str, str, str], int] = {}
-        self.rejections: dict[str, int] = {}
+        self.rejections: dict[tuple[str, str], int] = {}
         self.timeouts: dict[str, int] = {}
         self.opens: dict[str, int] = {}
         self.turns: dict[str, int] = {}
@@ -143,12 +165,16 @@ class _Counts:
         """Per tool: the count in each bucket (not cumulative; the last is ``+Inf``), then the sum."""
         self.fleet_available: float | None = None
         """1 or 0 after the last fleet event; None before any."""
+        self.clock_offset = 0.0
+        """Engine time minus ``time.monotonic()`` at the last bulkhead event: a scrape that cannot read
+        the engine's clock (trio's, from another thread) dates the bulkheads' recent waits by it."""
         self._handlers: dict[type[Event], Callable[[Any], None]] = {
             AttemptStarted: self._attempt_started, CallSucceeded: self._succeeded,
             AttemptFailed: self._attempt_failed, CallFailed: self._failed, CallRejected: self._rejected,
             ToolTimedOut: self._timed_out, BreakerOpened: self._opened, TurnFinished: self._turn_finished,
             CallSkipped: self._skipped, CallEscalated: self._escalated,
             FleetUnavailable: self._fleet_unavailable, FleetRestored: self._fleet_restored,
+            BulkheadQueued: self._bulkhead_event, BulkheadRejected: self._bulkhead_event,
         }  # fmt: skip
 
     def on_event(self, event: Event) -> None:
@@ -192,7 +218,8 @@ class _Counts:
     def _rejected(self, event: CallRejected) -> None:
         tool = event.tool_id
         rejections = self.rejections
-        rejections[tool] = rejections.get(tool, 0) + 1
+        key = (tool, event.kind.value)  # the breaker's (circuit_open) or a strategy's (bulkhead_full)
+        rejections[key] = rejections.get(key, 0) + 1
         self._ended(tool, "rejected")
 
     def _skipped(self, event: CallSkipped) -> None:
@@ -224,6 +251,10 @@ class _Counts:
     def _fleet_restored(self, event: FleetRestored) -> None:
         self.fleet_available = 1.0
 
+    def _bulkhead_event(self, event: BulkheadQueued | BulkheadRejected) -> None:
+        # Off the hot path (the attempt waits, or is refused), and before any wait the p95 counts.
+        self.clock_offset = event.t - time.monotonic()
+
     def _observe(self, tool: str, seconds: float) -> None:
         counts = self.durations.get(tool)
         if counts is None:
@@ -235,8 +266,9 @@ class _Counts:
 # --- the scrape's side --------------------------------------------------------------------
 
 
-def _families(counts: _Counts, engine: Engine | None) -> list[Metric]:
-    """Every metric family from ``counts`` now; the breakers' states from ``engine``, if given."""
+def _families(counts: _Counts, engine: Engine | None, now: float) -> list[Metric]:
+    """Every metric family from ``counts`` now; the breakers' states and the strategies' facts
+    (at engine time ``now``) from ``engine``, if given."""
     # list(dict.items()) copies under the GIL: the engine may count on while this reads.
     calls = CounterMetricFamily(
         "tripwire_calls_total", "Tool calls ended, by outcome", labels=["tool", "outcome"]
@@ -252,16 +284,23 @@ def _families(counts: _Counts, engine: Engine | None) -> list[Metric]:
     turns = CounterMetricFamily("tripwire_turns_total", "Turns ended, by outcome", labels=["outcome"])
     for outcome, n in list(counts.turns.items()):
         turns.add_metric([outcome], n)
+    rejections = CounterMetricFamily(
+        "tripwire_rejections_total", "Calls refused before any attempt, by the kind of the refusal",
+        labels=["tool", "kind"],
+    )  # fmt: skip
+    for (tool, kind), n in list(counts.rejections.items()):
+        rejections.add_metric([tool, kind], n)
     return [
         calls,
         _per_tool("tripwire_attempts_total", "Attempts started", counts.attempts),
         _per_tool("tripwire_retries_total", "Attempts after a call's first", counts.retries),
         errors,
-        _per_tool("tripwire_rejections_total", "Calls short-circuited by the breaker", counts.rejections),
+        rejections,
         _per_tool("tripwire_timeouts_total", "Attempts cut off by timeout or idle window", counts.timeouts),
         _breaker_states(engine),
         _per_tool("tripwire_breaker_opens_total", "Times the engine opened the breaker", counts.opens),
         _duration_histogram(counts),
+        *_strategy_families(engine, now),
         turns,
         _fleet_available(counts.fleet_available),
     ]  # fmt: skip
@@ -290,6 +329,76 @@ def _breaker_states(engine: Engine | None) -> GaugeMetricFamily:
         for each in _STATES:
             gauge.add_metric([tool, each.value], 1.0 if each is state else 0.0)
     return gauge
+
+
+def _engine_now(engine: Engine, clock_offset: float) -> float:
+    """Engine time now: the engine's clock where this thread can read it (the engine's own loop;
+    an asyncio loop's clock from any thread), else the monotonic clock shifted by the offset last seen."""
+    try:
+        return engine.runtime.clock()
+    except (NoEventLoopError, RuntimeError):  # another thread than the engine's, on trio or unstarted
+        return time.monotonic() + clock_offset
+
+
+def _strategies(engine: Engine, now: float) -> Iterator[tuple[str, Mapping[str, Mapping[str, Any]]]]:
+    """Each tool's own strategies' facts at ``now`` (as ``engine.stats()`` has them), tools with none
+    left out; then the engine-wide ones', under :data:`SHARED_BUDGET_LABEL`."""
+    # Facts are read from counters and lists, never by iterating a dict the engine may grow: safe
+    # from this thread under the GIL (engine.stats()'s snapshot of the metrics is not).
+    runtime = engine.runtime
+    for name, tool in list(runtime.tools.items()):  # copied: the engine may register meanwhile
+        own = [s for s in tool.pipeline.strategies if s.tool_id != SHARED]  # a reload swaps it whole
+        if own:
+            yield name, strategy_facts(own, now)
+    shared = strategy_facts(list(runtime.shared.values()), now)
+    if shared:
+        yield SHARED_BUDGET_LABEL, {k.removeprefix("shared."): v for k, v in shared.items()}
+
+
+def _strategy_families(engine: Engine | None, now: float) -> list[Metric]:
+    """The bulkheads' and retry budgets' families, from their strategies' facts when scraped."""
+    in_flight = GaugeMetricFamily(
+        "tripwire_bulkhead_in_flight", "Attempts holding a slot of the tool's bulkhead", labels=["tool"]
+    )
+    queued = GaugeMetricFamily(
+        "tripwire_bulkhead_queued", "Attempts waiting in the bulkhead's queue", labels=["tool"]
+    )
+    limit = GaugeMetricFamily(
+        "tripwire_bulkhead_limit", "The bulkhead's max_concurrent: attempts in flight at most",
+        labels=["tool"],
+    )  # fmt: skip
+    queue_limit = GaugeMetricFamily(
+        "tripwire_bulkhead_queue_limit", "The bulkhead's max_queued: attempts waiting at most",
+        labels=["tool"],
+    )  # fmt: skip
+    wait_p95 = GaugeMetricFamily(
+        "tripwire_bulkhead_wait_p95_seconds",
+        "95th percentile of the bulkhead's recent queue waits (the last minute, at most 128; 0 with none)",
+        labels=["tool"],
+    )
+    rejected = CounterMetricFamily(
+        "tripwire_bulkhead_rejections_total",
+        "Attempts the bulkhead refused: full at once, or their queue wait ran out (timeout)",
+        labels=["tool", "reason"],
+    )
+    refusals = CounterMetricFamily(
+        "tripwire_retry_budget_refusals_total", "Retries the retry budget refused", labels=["tool"]
+    )
+    if engine is not None:
+        for tool, facts in _strategies(engine, now):
+            bulkhead = facts.get("bulkhead")
+            if bulkhead is not None:
+                in_flight.add_metric([tool], bulkhead["in_flight"])
+                queued.add_metric([tool], bulkhead["queued"])
+                limit.add_metric([tool], bulkhead["max_concurrent"])
+                queue_limit.add_metric([tool], bulkhead["max_queued"])
+                wait_p95.add_metric([tool], bulkhead["wait_p95_ms"] / 1000.0)
+                rejected.add_metric([tool, "full"], bulkhead["rejected_full"])
+                rejected.add_metric([tool, "timeout"], bulkhead["rejected_timeout"])
+            budget = facts.get("retry_budget")
+            if budget is not None:
+                refusals.add_metric([tool], budget["refused"])
+    return [in_flight, queued, limit, queue_limit, wait_p95, rejected, refusals]
 
 
 def _fleet_available(available: float | None) -> GaugeMetricFamily:
@@ -356,6 +465,7 @@ def start_metrics_server(
 
 __all__ = [
     "DURATION_BUCKETS",
+    "SHARED_BUDGET_LABEL",
     "UNKNOWN_TOOL_LABEL",
     "MetricsServer",
     "PrometheusMetrics",

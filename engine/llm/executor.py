@@ -20,7 +20,7 @@ from engine.errors import ToolError, TurnNotPersisted, jsonable
 from engine.events import Event, ToolResultSent
 from engine.faults import FaultInjector
 from engine.kinds import ErrorKind
-from engine.llm.failure_text import alternative_for
+from engine.llm.failure_text import alternative_for, retryable_for_model
 from engine.llm.model_text import (
     CANCELED_ERROR_TYPE,
     DEFAULT_MAX_ERROR_CHARS,
@@ -299,12 +299,9 @@ class ToolCallExecutor:
         executed = outcome.executed
         error = outcome.error
         if outcome.status is CallStatus.FAILED and error is not None:
-            retryable = error.classification.retryable if error.classification is not None else None
-            if error.kind is ErrorKind.CIRCUIT_OPEN:
-                retryable = False
             return self._failure(
-                call, error.kind, root_error_type(error), error.message, retryable, outcome.served_by,
-                status, executed, error,
+                call, error.kind, root_error_type(error), error.message, retryable_for_model(error),
+                outcome.served_by, status, executed, error,
             )  # fmt: skip
         if outcome.status is CallStatus.TIMED_OUT:
             original: BaseException = TimeoutError(outcome.reason)

@@ -43,6 +43,16 @@ def alternative_for(
     return None
 
 
+def retryable_for_model(error: ToolError) -> bool | None:
+    """Whether the model may call again later: never while the circuit is open; after a full
+    bulkhead, yes — its slots free up, though the engine does not retry a rejected call itself."""
+    if error.kind is ErrorKind.CIRCUIT_OPEN:
+        return False
+    if error.kind is ErrorKind.BULKHEAD_FULL:
+        return True
+    return error.classification.retryable if error.classification is not None else None
+
+
 def failure_text(
     engine: Engine,
     tool: str,
@@ -58,9 +68,7 @@ def failure_text(
     available; ``served_by`` is an alternative the call already tried."""
     policy = engine.redaction_for(tool)
     message = policy.text(error.message, policy.secrets_in(arguments))
-    retryable = error.classification.retryable if error.classification is not None else None
-    if error.kind is ErrorKind.CIRCUIT_OPEN:
-        retryable = False
+    retryable = retryable_for_model(error)
     return format_tool_error_for_llm(
         tool, root_error_type(error), message, kind=error.kind, retryable=retryable,
         alternative=alternative_for(engine, tool, error.kind, served_by), max_chars=max_chars,

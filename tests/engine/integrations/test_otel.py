@@ -224,6 +224,7 @@ async def test_an_open_breaker_rejects_and_the_call_that_opened_it_says_so(otel:
     assert short.status.status_code is StatusCode.ERROR
     assert dict(short.attributes or {})["error.type"] == "circuit_open"
     assert dict(short.attributes or {})["tripwire.attempts"] == 0
+    assert dict(short.attributes or {})["tripwire.call.status"] == "not_run"
     assert event_names(short) == ["tripwire.call.rejected"]
     assert "open" in str((short.events[0].attributes or {})["tripwire.reason"]).lower()
 

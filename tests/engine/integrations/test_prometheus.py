@@ -143,7 +143,7 @@ async def test_the_breaker_opening_rejecting_and_closing_shows_in_counters_and_s
     samples = scrape(registry)
     assert metric(samples, "tripwire_breaker_opens_total", tool="api") == 1
     assert states(samples, "api") == {**dict.fromkeys(STATES, 0.0), "OPEN": 1.0}
-    assert metric(samples, "tripwire_rejections_total", tool="api") == 1
+    assert metric(samples, "tripwire_rejections_total", tool="api", kind="circuit_open") == 1
     assert metric(samples, "tripwire_calls_total", tool="api", outcome="rejected") == 1
     assert metric(samples, "tripwire_calls_total", tool="api", outcome="failed") == 2
     assert metric(samples, "tripwire_attempts_total", tool="api") == 2, "a rejection makes no attempt"
