@@ -135,6 +135,24 @@ def short_count(n: int) -> str:
     return f"{n // size}{unit}"
 
 
+def occupancy(in_flight: int, limit: int, queued: int, width: int | None = None) -> str:
+    """A bulkhead's attempts in flight against its limit, and those queued: ``2/4 +1q``, ``4/4``.
+    In ``width`` cells, the space goes first, then the limit (``12+30q``): the counts stay whole."""
+    waiting = f"+{short_count(queued)}q" if queued else ""
+    shown = f"{short_count(in_flight)}/{short_count(limit)}"
+    forms = (f"{shown} {waiting}".rstrip(), f"{shown}{waiting}", f"{short_count(in_flight)}{waiting}")
+    if width is None:
+        return forms[0]
+    return next((text for text in forms if cell_len(text) <= width), fit(forms[-1], width))
+
+
+def occupancy_level(in_flight: int, limit: int, queued: int, max_queued: int) -> str:
+    """ok; warn when every slot is taken; bad when the queue is full too (the next is refused)."""
+    if in_flight < limit:
+        return "ok"
+    return "bad" if queued >= max_queued else "warn"
+
+
 def sparkline(values: Sequence[int], width: int) -> str:
     """``values`` in ``width`` bars scaled to their maximum (blank when all are zero).
 

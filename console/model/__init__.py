@@ -13,6 +13,7 @@ data alike, in bounded memory whatever the event rate.
 One module per concept: :mod:`~console.model.tools` (a tool's breaker, in-flight attempts,
 history and board row), :mod:`~console.model.timelines` (a tool's calls, attempt by attempt),
 :mod:`~console.model.turns` (a turn's calls and what they depend on),
+:mod:`~console.model.strategies` (a tool's bulkhead and retry budget),
 :mod:`~console.model.manifests`, :mod:`~console.model.event_log` (the event log's lines) and
 :mod:`~console.model.fold` (:class:`ConsoleModel`, the fold itself and its queries).
 """
@@ -20,6 +21,7 @@ history and board row), :mod:`~console.model.timelines` (a tool's calls, attempt
 from console.model.event_log import EVENTS_KEPT, EventRow, event_row
 from console.model.fold import STALE_IN_FLIGHT_S, STATS_PER_FLUSH, Changes, ConsoleModel
 from console.model.manifests import ManifestChange, ManifestView
+from console.model.strategies import Queued, Refusal, SharedBudgetSeen, StrategyFigures, ToolStrategies
 from console.model.timelines import RECENT_CALLS, AttemptSpan, CallTimeline, build_timelines
 from console.model.tools import (
     HISTORY,
@@ -58,7 +60,12 @@ __all__ = [
     "InFlight",
     "ManifestChange",
     "ManifestView",
+    "Queued",
+    "Refusal",
+    "SharedBudgetSeen",
+    "StrategyFigures",
     "ToolSeed",
+    "ToolStrategies",
     "ToolView",
     "Transition",
     "TurnView",

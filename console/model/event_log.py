@@ -30,7 +30,7 @@ _SEVERITY: dict[str, str] = {
     "ToolError": "warning", "ToolTimeout": "warning", "CallRejected": "warning",
     "CallSkipped": "warning", "CallEscalated": "warning", "BreakerHalfOpened": "warning",
     "AlternativeUsed": "warning", "DefaultUsed": "warning", "TurnCanceled": "warning",
-    "TurnInterrupted": "warning",
+    "TurnInterrupted": "warning", "BulkheadRejected": "warning", "RetryBudgetSpent": "warning",
     "BreakerDisabled": "warning", "ManifestRemoved": "warning",
     "CallSucceeded": "success", "BreakerClosed": "success", "BreakerReset": "success",
 }  # fmt: skip

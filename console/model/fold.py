@@ -19,6 +19,8 @@ from engine.events import (
     AttemptStarted,
     BreakerRestored,
     BreakerTransitioned,
+    BulkheadQueued,
+    BulkheadRejected,
     CallEscalated,
     CallFailed,
     CallRejected,
@@ -31,6 +33,7 @@ from engine.events import (
     ManifestRejected,
     ManifestRemoved,
     RecordingStarted,
+    RetryBudgetSpent,
     StreamEnded,
     ToolRegistered,
     ToolTimedOut,
@@ -40,6 +43,7 @@ from engine.events import (
     TurnInterrupted,
     TurnStarted,
 )
+from engine.handler import Decision
 from engine.kinds import ErrorClass, ErrorKind
 from engine.strategies.breaker.machine import BreakerState
 
@@ -90,7 +94,8 @@ class ConsoleModel:
     def seed(self, seed: ToolSeed) -> None:
         view = self._tool(seed.tool_id)
         view.state, view.consecutive_failures = seed.state, seed.consecutive_failures
-        view.half_open_at, view.manifest = seed.half_open_at, seed.manifest
+        view.half_open_at = seed.half_open_at
+        view.set_manifest(seed.manifest)
         if seed.manifest is not None:
             self.manifest_version = max(self.manifest_version, seed.manifest.version)
         view.version += 1
@@ -127,13 +132,14 @@ class ConsoleModel:
         return changes
 
     def expire(self, now: float) -> Changes:
-        """Drop in-flight attempts whose end never arrived (events lost to a full buffer)."""
+        """Drop in-flight and queued attempts whose end never arrived (events lost to a full buffer)."""
         changes = Changes()
         for view in self.tools.values():
             stale = [k for k, f in view.in_flight.items() if f.deadline + STALE_IN_FLIGHT_S < now]
             for key in stale:
                 del view.in_flight[key]
-            if stale:
+            gone = bool(view.strategies.queued) and view.strategies.expire(now, STALE_IN_FLIGHT_S)
+            if stale or gone:
                 view.version += 1
                 changes.tools.add(view.tool_id)
         return changes
@@ -203,9 +209,9 @@ def _attempt_started(m: ConsoleModel, e: AttemptStarted, c: Changes) -> None:
         view.metrics.on_call(e.t)
     else:
         view.metrics.on_retry(e.t)
-    view.in_flight[(e.turn_id, e.call_id)] = InFlight(
-        e.call_id, e.turn_id, e.attempt, e.t, e.deadline, e.probe
-    )
+    key = (e.turn_id, e.call_id)
+    view.in_flight[key] = InFlight(e.call_id, e.turn_id, e.attempt, e.t, e.deadline, e.probe)
+    view.strategies.attempt_started(key, e.attempt, e.t)
     view.recent.append(e)
     c.tools.add(e.tool_id)
     if e.turn_id is not None:
@@ -222,6 +228,8 @@ def _attempt_failed(m: ConsoleModel, e: AttemptFailed, c: Changes) -> None:
     view.metrics.on_attempt_failed(
         e.t, e.latency_ms / 1000.0, transient=transient, timed_out=e.kind is ErrorKind.TIMEOUT
     )
+    if e.decision == Decision.RETRY:
+        view.strategies.retry_decided(e.t)
     if e.consecutive_failures is not None:
         view.consecutive_failures = e.consecutive_failures
     elif transient:  # traces written before the engine kept the count
@@ -282,11 +290,33 @@ def _call_rejected(m: ConsoleModel, e: CallRejected, c: Changes) -> None:
     view.call_ended(e, e.turn_id, e.call_id)
     view.metrics.on_call(e.t)  # the engine counts a rejected call, as it counts its rejection
     view.metrics.on_rejected(e.t)
+    view.strategies.call_rejected(e)
     c.tools.add(e.tool_id)
     node = _node(m, e.turn_id, e.call_id)
     if node is not None:
         node.status, node.rejected, node.reason = "failed", True, e.reason
         c.turns.add(str(e.turn_id))
+
+
+def _bulkhead_queued(m: ConsoleModel, e: BulkheadQueued, c: Changes) -> None:
+    view = m._tool(e.tool_id)
+    view.strategies.attempt_queued(e)
+    view.recent.append(e)
+    c.tools.add(e.tool_id)
+
+
+def _bulkhead_rejected(m: ConsoleModel, e: BulkheadRejected, c: Changes) -> None:
+    view = m._tool(e.tool_id)
+    view.strategies.attempt_refused(e)
+    view.recent.append(e)
+    c.tools.add(e.tool_id)
+
+
+def _budget_spent(m: ConsoleModel, e: RetryBudgetSpent, c: Changes) -> None:
+    view = m._tool(e.tool_id)
+    view.strategies.budget_spent(e)
+    view.recent.append(e)
+    c.tools.add(e.tool_id)
 
 
 def _stream_ended(m: ConsoleModel, e: StreamEnded, c: Changes) -> None:
@@ -336,8 +366,14 @@ def _turn_cut(status: str, reason: str) -> Callable[[ConsoleModel, Any, Changes]
             node = turn.calls.get(call_id) if turn is not None else None
             if node is not None:
                 node.status, node.reason = status, reason
-        for view in m.tools.values():  # whichever tool each call was running on
-            if any(view.in_flight.pop((e.turn_id, call_id), None) for call_id in e.unfinished):
+        for view in m.tools.values():  # whichever tool each call was running or queued on
+            queued = view.strategies.queued
+            # Every call popped (not ``any`` over a generator: it would stop at the first).
+            ended = [
+                view.in_flight.pop((e.turn_id, call_id), None) or queued.pop((e.turn_id, call_id), None)
+                for call_id in e.unfinished
+            ]
+            if any(ended):
                 view.recent.append(e)
                 c.tools.add(view.tool_id)
         c.turns.add(e.turn_id)
@@ -396,13 +432,14 @@ def _recording_started(m: ConsoleModel, e: RecordingStarted, c: Changes) -> None
         except (KeyError, TypeError, ValueError, AttributeError):
             continue  # written oddly by another process: the tool's next event says more
         view.in_flight.clear()  # the attempts of the run before never end now
+        view.strategies.restart()
         c.tools.add(tool_id)
 
 
 def _manifest_loaded(m: ConsoleModel, e: ManifestLoaded, c: Changes) -> None:
     view = m._tool(e.tool_id)
     content = e.manifest if e.manifest is not None else (view.manifest.content if view.manifest else {})
-    view.manifest = ManifestView(e.digest, e.version, e.path, e.at, content)
+    view.set_manifest(ManifestView(e.digest, e.version, e.path, e.at, content))
     m.manifest_version = max(m.manifest_version, e.version)
     what = "reloaded" if e.previous_digest else "loaded"
     m.manifest_changes.append(ManifestChange(e.at, what, e.tool_id, e.path, e.version, e.digest))
@@ -436,7 +473,7 @@ def _manifest_removed(m: ConsoleModel, e: ManifestRemoved, c: Changes) -> None:
     m.rejected.pop(e.path, None)
     view = m.tools.get(e.tool_id)
     if view is not None:
-        view.manifest = None
+        view.set_manifest(None)
         c.tools.add(e.tool_id)
     c.manifests = True
 
@@ -456,6 +493,9 @@ _HANDLERS: dict[type[Event], Callable[[ConsoleModel, Any, Changes], None]] = {
     CallFailed: _call_failed,
     CallRejected: _call_rejected,
     StreamEnded: _stream_ended,
+    BulkheadQueued: _bulkhead_queued,
+    BulkheadRejected: _bulkhead_rejected,
+    RetryBudgetSpent: _budget_spent,
     AlternativeUsed: _alternative_used,
     CallSkipped: _blocked("skipped"),
     CallEscalated: _blocked("escalated"),

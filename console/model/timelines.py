@@ -12,10 +12,13 @@ from dataclasses import dataclass, field
 from engine.events import (
     AttemptFailed,
     AttemptStarted,
+    BulkheadQueued,
+    BulkheadRejected,
     CallFailed,
     CallRejected,
     CallSucceeded,
     Event,
+    RetryBudgetSpent,
     StreamEnded,
     ToolEvent,
     ToolTimedOut,
@@ -35,10 +38,20 @@ class AttemptSpan:
     start: float
     end: float | None = None
     outcome: str = "running"
-    """running, ok, error, timeout or cut (by the turn's deadline or a stop)."""
+    """running, ok, error, timeout or cut (by the turn's deadline or a stop); or, for an attempt
+    the bulkhead held back, queued (waiting for a slot), refused (by the bulkhead) or dropped (cut
+    off while queued): those three were never made."""
     kind: str | None = None
     delay_ms: float | None = None
     """The backoff planned after this attempt, when it was retried."""
+    queued_at: float | None = None
+    """When it began waiting in the bulkhead's queue, if it did (it started, or was refused, at
+    ``start``)."""
+
+    @property
+    def made(self) -> bool:
+        """The attempt reached the tool (or is on its way): not one still queued, or refused."""
+        return self.outcome not in ("queued", "refused", "dropped")
 
 
 @dataclass(slots=True)
@@ -50,6 +63,13 @@ class CallTimeline:
     outcome: str = "running"
     """running, succeeded, partial, failed, rejected or cut."""
     end: float | None = None
+    refusal: str | None = None
+    """Why a strategy refused it, or its retry: ``bulkhead full: 2 in flight, 1 queued``,
+    ``retry refused: retry budget spent: …`` (a breaker's rejection says nothing here: ⊘ does)."""
+
+    @property
+    def attempts_made(self) -> list[AttemptSpan]:
+        return [a for a in self.attempts if a.made]
 
 
 def build_timelines(events: Iterable[Event], limit: int = RECENT_CALLS) -> list[CallTimeline]:
@@ -73,7 +93,9 @@ def build_timelines(events: Iterable[Event], limit: int = RECENT_CALLS) -> list[
     def end(timeline: CallTimeline, t: float, outcome: str) -> None:
         timeline.outcome, timeline.end = outcome, t
         for attempt in timeline.attempts:
-            if attempt.end is None:
+            if attempt.outcome == "queued":  # cut off while it waited for a slot
+                attempt.start, attempt.end, attempt.outcome = t, t, "dropped"
+            elif attempt.end is None:
                 attempt.end, attempt.outcome = t, "ok" if outcome in ("succeeded", "partial") else "cut"
 
     for e in events:
@@ -87,7 +109,21 @@ def build_timelines(events: Iterable[Event], limit: int = RECENT_CALLS) -> list[
             continue
         timeline = call(e.turn_id, e.call_id, e.t)
         if isinstance(e, AttemptStarted):
-            span(timeline, e.attempt, e.t)
+            attempt = span(timeline, e.attempt, e.t)
+            if attempt.outcome == "queued":  # its slot came: the attempt starts now
+                attempt.start, attempt.outcome = e.t, "running"
+        elif isinstance(e, BulkheadQueued):
+            attempt = span(timeline, e.attempt, e.t)
+            attempt.queued_at, attempt.outcome = e.t, "queued"
+        elif isinstance(e, BulkheadRejected):
+            attempt = span(timeline, e.attempt, e.t)
+            if attempt.queued_at is None and e.waited_ms > 0:
+                attempt.queued_at = e.t - e.waited_ms / 1000.0
+            attempt.start, attempt.end, attempt.outcome = e.t, e.t, "refused"
+            attempt.kind = str(ErrorKind.BULKHEAD_FULL)
+            timeline.refusal = e.reason if e.attempt == 1 else f"retry refused: {e.reason}"
+        elif isinstance(e, RetryBudgetSpent):
+            timeline.refusal = f"retry refused: {e.reason}"
         elif isinstance(e, ToolTimedOut):
             attempt = span(timeline, e.attempt, e.t)
             attempt.end, attempt.outcome, attempt.kind = e.t, "timeout", str(ErrorKind.TIMEOUT)

@@ -7,6 +7,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from console.model.manifests import ManifestView
+from console.model.strategies import StrategyFigures, ToolStrategies
 from console.model.timelines import RECENT_CALLS, CallTimeline, build_timelines
 from engine.events import Event
 from engine.metrics import Counts, ToolMetrics, ToolStats
@@ -78,6 +79,9 @@ class BoardRow:
     half_open_at: float | None
     stats: ToolStats
     in_flight: int
+    strategies: StrategyFigures | None = None
+    """The tool's bulkhead and retry budget; None for a tool with neither (the board shows it as
+    it always did)."""
 
     @property
     def window(self) -> Counts:
@@ -124,6 +128,7 @@ class ToolView:
         "recent",
         "state",
         "stats_seq",
+        "strategies",
         "tool_id",
         "version",
     )
@@ -142,6 +147,7 @@ class ToolView:
         retry timeline is built from them when it is shown, not on every event."""
         self.metrics = ToolMetrics(tool_id, window_s=WINDOW_S, history_s=SPARK_S)
         self.manifest: ManifestView | None = None
+        self.strategies = ToolStrategies(WINDOW_S)
         self.version = 0
         self._row: BoardRow | None = None
         self._row_version = -1
@@ -150,6 +156,11 @@ class ToolView:
         self._stats_second = -1
         self.stats_seq = 0
         """The board refresh that last took its rolling figures: the longest-waiting go first."""
+
+    def set_manifest(self, manifest: ManifestView | None) -> None:
+        """The manifest now in force (its strategies' sections with it)."""
+        self.manifest = manifest
+        self.strategies.configure(manifest.content if manifest is not None else None)
 
     @property
     def failure_threshold(self) -> int | None:
@@ -176,9 +187,12 @@ class ToolView:
         assert stats is not None
         row = self._row
         if row is None or self._row_version != self.version or row.stats is not stats:
+            strategies = self.strategies
+            figures = strategies.figures(now, len(self.in_flight)) if strategies.active else None
             row = self._row = BoardRow(
                 self.tool_id, self.state, self.consecutive_failures, self.failure_threshold,
                 self.half_open_at if self.state is BreakerState.OPEN else None, stats, len(self.in_flight),
+                figures,
             )  # fmt: skip
             self._row_version = self.version
         return row
@@ -190,6 +204,8 @@ class ToolView:
     def call_ended(self, e: Event, turn_id: str | None, call_id: str) -> None:
         """A call's attempt ended (``e`` says how): no longer in flight, kept for the timeline."""
         self.in_flight.pop((turn_id, call_id), None)
+        if self.strategies.queued:  # a queued attempt's end was lost: the call's end says it
+            self.strategies.queued.pop((turn_id, call_id), None)
         self.recent.append(e)
 
 

@@ -1,5 +1,5 @@
-"""One tool in detail: in-flight countdowns first, then the retry timeline, recent errors, state
-history and policy."""
+"""One tool in detail: in-flight countdowns (and a bulkhead's queue) first, then its strategies,
+the retry timeline, recent errors, state history and policy."""
 
 from __future__ import annotations
 
@@ -23,6 +23,8 @@ from console.model import (
     ErrorRow,
     InFlight,
     ManifestView,
+    Queued,
+    StrategyFigures,
     ToolView,
     Transition,
 )
@@ -51,6 +53,21 @@ def policy_lines(manifest: ManifestView | None) -> list[str]:
         f"side effect  {c.get('side_effect', '?')}"
         + (" (retried after ambiguous failures)" if c.get("retry_ambiguous") else ""),
     ]
+    bulkhead = c.get("bulkhead")
+    if isinstance(bulkhead, Mapping):
+        wait = render.duration(bulkhead.get("queue_timeout_ms"))
+        queue = (
+            f", {bulkhead['max_queued']} more wait up to {wait}"
+            if bulkhead.get("max_queued")
+            else ", none waits"
+        )
+        lines.append(f"bulkhead     {bulkhead.get('max_concurrent', '?')} attempts in flight at most{queue}")
+    budget = c.get("retry_budget")
+    if isinstance(budget, Mapping):
+        lines.append(
+            f"retry budget {_number(budget.get('budget_percent'))}% of the calls, at least"
+            f" {_number(budget.get('min_retries_per_s'))}/s, over {_number(budget.get('window_s'))} s"
+        )
     if c.get("alternatives"):
         lines.append(f"alternatives {', '.join(c['alternatives'])}")
     for override in c.get("classification") or ():
@@ -58,6 +75,10 @@ def policy_lines(manifest: ManifestView | None) -> list[str]:
         lines.append(f"override     {what} → {override.get('treat_as')}")
     lines.append(f"manifest     v{manifest.version} {render.short_digest(manifest.digest)} · {manifest.path}")
     return lines
+
+
+def _number(value: object) -> str:
+    return f"{value:g}" if isinstance(value, int | float) else "?"
 
 
 IN_FLIGHT_SHOWN = 5
@@ -86,6 +107,103 @@ def in_flight_lines(in_flight: Mapping[Any, InFlight], now: float) -> list[Conte
         more = len(running) - IN_FLIGHT_SHOWN
         lines.append(Content.styled(f"… and {more} more, with later deadlines", "$foreground-muted"))
     return lines
+
+
+QUEUED_SHOWN = 3
+"""Attempts waiting in the bulkhead's queue listed (the longest waiting first)."""
+
+
+def queued_lines(queued: Mapping[Any, Queued], now: float) -> list[Content]:
+    """The attempts waiting for a bulkhead slot: how long each has waited, of how long it may."""
+    lines = []
+    waiting = sorted(queued.values(), key=lambda q: q.since)
+    for q in waiting[:QUEUED_SHOWN]:
+        waited = max(now - q.since, 0.0)
+        total = q.until - q.since
+        where = render.call_where(q.turn_id, q.call_id)
+        bounded = 0 < total < float("inf")
+        lines.append(
+            Content.assemble(
+                f"{render.middle_truncate(where, 22):<22} #{q.attempt}{' wait':<6} ",
+                (render.gauge(waited / total if bounded else 0.0, 20), "$secondary"),
+                f" {waited:5.1f}s waited" + (f" of {render.duration(total * 1000)}" if bounded else ""),
+            )
+        )
+    if len(waiting) > QUEUED_SHOWN:
+        more = len(waiting) - QUEUED_SHOWN
+        lines.append(Content.styled(f"… and {more} more queued, since later", "$foreground-muted"))
+    return lines
+
+
+def attempt_lines(view: ToolView, now: float) -> list[Content]:
+    """The attempts in flight, then those queued for a bulkhead slot."""
+    queued = queued_lines(view.strategies.queued, now)
+    if queued and not view.in_flight:
+        return queued
+    return in_flight_lines(view.in_flight, now) + queued
+
+
+def in_flight_title(strategies: StrategyFigures | None) -> Content:
+    """``In flight``, and for a tool with a bulkhead its slots and queue."""
+    bulkhead = strategies.bulkhead if strategies is not None else None
+    if bulkhead is None:
+        return Content("In flight")
+    level = render.occupancy_level(
+        bulkhead.in_flight, bulkhead.max_concurrent, bulkhead.queued, bulkhead.max_queued
+    )
+    taken = f"⧉ {bulkhead.in_flight} of {bulkhead.max_concurrent} bulkhead slots taken"
+    return Content.assemble(
+        "In flight  ",
+        (taken, {"ok": "$foreground-muted not bold", "warn": "$warning", "bad": "$error"}[level]),
+        (f" · {bulkhead.queued} of {bulkhead.max_queued} queued", "$foreground-muted not bold"),
+    )
+
+
+LABEL = 14
+"""The width of a strategy line's label (``retry budget  ``)."""
+
+
+def strategy_lines(figures: StrategyFigures, now: float) -> list[str]:
+    """A tool's bulkhead and retry budget as its detail shows them, each line short enough for 80
+    columns, and the newest refusal with its reason whole on a line of its own."""
+    lines: list[tuple[str, str]] = []
+    bulkhead, budget, shared = figures.bulkhead, figures.retry_budget, figures.shared_budget
+    if bulkhead is not None:
+        p95 = render.duration(bulkhead.wait_p95_ms)
+        lines += [
+            ("bulkhead", f"in flight {bulkhead.in_flight}/{bulkhead.max_concurrent} · queued"
+                         f" {bulkhead.queued}/{bulkhead.max_queued} · wait p95 {p95}"),
+            ("", f"refused {bulkhead.rejected_full} full, {bulkhead.rejected_timeout} wait ran out"
+                 f" · {figures.bulkhead_refused} in the last {WINDOW_S} s"),
+        ]  # fmt: skip
+    if budget is not None:
+        lines += [
+            ("retry budget", f"in its {budget.window_s:g} s window: {budget.calls} calls ·"
+                             f" {budget.retries} retries of {budget.allowed} allowed"),
+            ("", f"refused {budget.refused} retries"),
+        ]  # fmt: skip
+    if shared is not None:
+        ago = render.span(int(max(now - shared.t, 0.0)))
+        lines += [
+            ("shared budget", f"refused {shared.refused} of its retries: the engine-wide retry budget"),
+            ("", f"at the last: {shared.retries} retries over {shared.calls} calls"
+                 f" in {shared.window_s:g} s, {ago} ago"),
+        ]  # fmt: skip
+    if figures.budgeted:
+        lines.append(("", f"{figures.budget_refused} retries refused in the last {WINDOW_S} s"))
+    refusal = figures.last_refusal
+    if refusal is not None:
+        where = render.call_where(refusal.turn_id, refusal.call_id)
+        if not refusal.retry:
+            what = "call refused"
+        else:  # a budget names the attempt that failed, a bulkhead the retry it refused
+            after = refusal.attempt - 1 if refusal.by == "bulkhead" else refusal.attempt
+            what = f"retry after #{after} refused"
+        lines += [
+            ("last refused", f"{where} at {render.clock(refusal.at)}: {what} by the {refusal.by}:"),
+            ("", refusal.reason),
+        ]
+    return [f"{label:<{LABEL}}{text}" for label, text in lines]
 
 
 def figures(row: BoardRow) -> Content:
@@ -132,9 +250,11 @@ class ToolScreen(ConsoleScreen):
 
     def compose_body(self) -> ComposeResult:
         yield Static(id="headline")
-        yield Static("In flight", classes="title")
+        yield Static("In flight", classes="title", id="in-flight-title")
         yield Static(id="in-flight", classes="section fit")
         with VerticalScroll(id="body"):
+            yield Static("Strategies", classes="title strategies")
+            yield Static(id="strategies", classes="section fit strategies", markup=False)
             yield Static("Retry timeline", classes="title")
             yield RetryTimeline(classes="section fit", id="timeline")
             yield Static("Recent errors", classes="title", id="errors-title")
@@ -152,10 +272,13 @@ class ToolScreen(ConsoleScreen):
         if view is None:
             self.query_one("#headline", Static).update(f"{self.tool_id}: unknown tool")
             return
-        self.query_one("#headline", Static).update(self._headline(view, now))
-        self.query_one("#in-flight", Static).update(Content("\n").join(in_flight_lines(view.in_flight, now)))
+        row = view.row(now)
+        self.query_one("#headline", Static).update(self._headline(row, now))
+        self.query_one("#in-flight-title", Static).update(in_flight_title(row.strategies))
+        self.query_one("#in-flight", Static).update(Content("\n").join(attempt_lines(view, now)))
+        self._strategies(row, now)
         if not full and view.version == self._shown_version:
-            if view.in_flight:  # running calls grow along the time axis
+            if view.in_flight or view.strategies.queued:  # running and queued calls grow along the axis
                 self.query_one(RetryTimeline).show(self._calls(view), now)
             return
         self._shown_version = view.version
@@ -171,8 +294,15 @@ class ToolScreen(ConsoleScreen):
             built = self._timelines = (view, view.version, view.timelines())
         return built[2]
 
-    def _headline(self, view: ToolView, now: float) -> Content:
-        row = view.row(now)
+    def _strategies(self, row: BoardRow, now: float) -> None:
+        """The Strategies part, shown only for a tool with a bulkhead or a retry budget."""
+        shown = row.strategies is not None
+        for part in self.query(".strategies"):
+            part.display = shown
+        if row.strategies is not None:
+            self.query_one("#strategies", Static).update("\n".join(strategy_lines(row.strategies, now)))
+
+    def _headline(self, row: BoardRow, now: float) -> Content:
         threshold = f"/{row.failure_threshold}" if row.failure_threshold else ""
         parts: list[str | tuple[str, str]] = [
             (self.tool_id, "bold"),

@@ -8,7 +8,7 @@ from textual.message import Message
 from textual.widgets import Static
 
 from console import render
-from console.model import BoardRow
+from console.model import BoardRow, StrategyFigures
 
 CARD_WIDTH = 38
 
@@ -23,9 +23,15 @@ class BreakerCard(Static):
         │ fails 5/5   p50 120ms  p99 2.1s    │
         ╰─────────── ● OPEN · half-open in 27s ╯
 
-    The calls (✓ ended with a result, ✗ failed, ⊘ refused by the breaker) are what error % is
-    made of: (✗ + ⊘) / (✓ + ✗ + ⊘). ``att ✗`` counts failed attempts, where the breaker's
+    The calls (✓ ended with a result, ✗ failed, ⊘ refused without an attempt) are what error %
+    is made of: (✗ + ⊘) / (✓ + ✗ + ⊘). ``att ✗`` counts failed attempts, where the breaker's
     failures come from: an open breaker shows them even when every call ended with a result.
+
+    A tool with a bulkhead or a retry budget gives up latency on its last line for them (p50,
+    then p99 when it has both): ``⧉ 2/4 +1q ⊘3`` its attempts in flight against the limit, those
+    queued and those the bulkhead refused; ``↻⊘2`` the retries a budget refused::
+
+        │ fails 0/5  ⧉ 4/4 +2q ⊘3  ↻⊘2       │
 
     The selected card reads ``▶`` before its name, on a reversed title; a marked one ``✓``:
     glyphs and reverse video, which 16 colours and ``NO_COLOR`` keep, not only a shade.
@@ -102,6 +108,17 @@ class BreakerCard(Static):
         level = render.error_level(row.error_percent)
         n = render.short_count
         error_style = {"ok": "", "notice": "$text-warning", "warn": "$warning", "bad": "bold $error"}[level]
+        last_line: list[str | tuple[str, str]] = [
+            (
+                f"fails {row.consecutive_failures}{threshold}",
+                "" if row.consecutive_failures else "$foreground-muted",
+            ),
+        ]
+        strategies = row.strategies
+        if strategies is None:
+            last_line.append(f"   p50 {render.duration(row.p50_ms)}  p99 {render.duration(row.p99_ms)}")
+        else:
+            last_line += strategy_parts(row, strategies)
         lines = [
             Content.assemble(
                 (render.sparkline(row.spark, 12), "$primary"),
@@ -112,12 +129,34 @@ class BreakerCard(Static):
                 f"✓{n(w.successes)} ✗{n(w.failures)} ⊘{n(w.rejections)} ↷{n(w.skipped)}"
                 f" · att ✗{n(w.error_count)} ◷{n(w.timeout_count)}"
             ),
-            Content.assemble(
-                (
-                    f"fails {row.consecutive_failures}{threshold}",
-                    "" if row.consecutive_failures else "$foreground-muted",
-                ),
-                f"   p50 {render.duration(row.p50_ms)}  p99 {render.duration(row.p99_ms)}",
-            ),
+            Content.assemble(*last_line),
         ]
         self.update(Content("\n").join(lines))
+
+
+_LEVEL_STYLE = {"ok": "", "warn": "$warning", "bad": "bold $error"}
+
+
+def strategy_parts(row: BoardRow, strategies: StrategyFigures) -> list[str | tuple[str, str]]:
+    """The last line's figures after ``fails`` for a tool with a bulkhead or a retry budget."""
+    n = render.short_count
+    bulkhead = strategies.bulkhead
+    parts: list[str | tuple[str, str]] = []
+    if bulkhead is None or not strategies.budgeted:
+        parts.append(f"  p99 {render.duration(row.p99_ms)}")
+    if bulkhead is not None:
+        full = render.occupancy_level(
+            bulkhead.in_flight, bulkhead.max_concurrent, bulkhead.queued, bulkhead.max_queued
+        )
+        shown = render.occupancy(bulkhead.in_flight, bulkhead.max_concurrent, bulkhead.queued)
+        refused = strategies.bulkhead_refused
+        parts += [
+            "  ",
+            (f"⧉ {shown}", _LEVEL_STYLE[full]),
+            " ",
+            (f"⊘{n(refused)}", "$warning" if refused else "$foreground-muted"),
+        ]
+    if strategies.budgeted:
+        refused = strategies.budget_refused
+        parts += ["  ", (f"↻⊘{n(refused)}", "$warning" if refused else "$foreground-muted")]
+    return parts

@@ -33,6 +33,8 @@ class Column:
     right: bool
     priority: int
     """Lower shows first when the table is narrow."""
+    needs: str | None = None
+    """``bulkhead`` or ``budget``: shown only when some tool on the board has one."""
 
 
 COLUMNS: tuple[Column, ...] = (
@@ -45,19 +47,24 @@ COLUMNS: tuple[Column, ...] = (
     Column("ok", "OK", 4, True, 3),
     Column("failed", "FAIL", 4, True, 3),
     Column("rejected", "REJ", 4, True, 3),
+    Column("bulkhead", "BULKHEAD", 8, True, 5, "bulkhead"),
+    Column("bulkhead_refused", "BH⊘", 4, True, 5, "bulkhead"),
+    Column("budget_refused", "BUD⊘", 4, True, 6, "budget"),
     Column("attempts_failed", "ATT✗", 4, True, 4),
-    Column("timeout", "TMO", 4, True, 8),
-    Column("skipped", "SKIP", 4, True, 8),
-    Column("rate", "RATE/s", 6, True, 6),
-    Column("p50", "P50", 7, True, 7),
-    Column("p99", "P99", 7, True, 5),
-    Column("spark", "CALLS, LAST 2 MIN", 0, False, 9),
+    Column("timeout", "TMO", 4, True, 10),
+    Column("skipped", "SKIP", 4, True, 10),
+    Column("rate", "RATE/s", 6, True, 8),
+    Column("p50", "P50", 7, True, 9),
+    Column("p99", "P99", 7, True, 7),
+    Column("spark", "CALLS, LAST 2 MIN", 0, False, 11),
 )
 """Left to right as shown. By priority: the tool and its state; error %; failures against the
 threshold and the half-open countdown; the window's calls that error % is made of (ok, failed,
 rejected: shown together, so that it can be worked out from the row); the failed attempts (where
-the breaker's failures come from: a call can fail attempts and still end ok); p99; rate; p50;
+the breaker's failures come from: a call can fail attempts and still end ok); a bulkhead's
+occupancy and refusals, then a retry budget's refusals (on a board with one); p99; rate; p50;
 then timeouts and skips; the sparkline last."""
+STRATEGY_COLUMNS = frozenset(c.needs for c in COLUMNS if c.needs)
 _COUNTS = {
     "ok": "successes",
     "failed": "failures",
@@ -68,23 +75,26 @@ _COUNTS = {
 }
 """The columns that show a rolling count: the ``Counts`` field each shows (in at most 4 cells:
 :func:`render.short_count`)."""
+_STRATEGY_CELLS = frozenset(c.key for c in COLUMNS if c.needs)
 SPARK_MIN = 10
 SPARK_MAX = 60
 
 
 @functools.cache
-def fit_columns(width: int) -> tuple[tuple[Column, int], ...]:
-    """The columns that fit ``width``, in table order, with their widths.
+def fit_columns(width: int, strategies: frozenset[str] = frozenset()) -> tuple[tuple[Column, int], ...]:
+    """The columns that fit ``width``, in table order, with their widths; those of a strategy
+    only if ``strategies`` names it (``bulkhead``, ``budget``: some tool on the board has one).
 
     Whole priority levels are taken in order until one does not fit; nothing of a lower
     priority is then shown, even if it would fit the gap (greedy fitting showed TMO at 80
     columns and dropped OK, FAIL and P99). The first level is always shown. The sparkline
     takes what is left, up to ``SPARK_MAX``.
     """
+    columns = [c for c in COLUMNS if c.needs is None or c.needs in strategies]
     chosen: list[Column] = []
     used = -1  # n columns need n - 1 gaps
-    for priority in sorted({c.priority for c in COLUMNS}):
-        level = [c for c in COLUMNS if c.priority == priority]
+    for priority in sorted({c.priority for c in columns}):
+        level = [c for c in columns if c.priority == priority]
         need = sum((c.width or SPARK_MIN) + 1 for c in level)
         if chosen and used + need > width:
             break
@@ -92,7 +102,22 @@ def fit_columns(width: int) -> tuple[tuple[Column, int], ...]:
         used += need
     fixed = sum(c.width + 1 for c in chosen if c.key != "spark")
     spark = max(SPARK_MIN, min(SPARK_MAX, width - fixed))
-    return tuple((c, c.width or spark) for c in COLUMNS if c in chosen)
+    return tuple((c, c.width or spark) for c in columns if c in chosen)
+
+
+def board_strategies(rows: Sequence[BoardRow]) -> frozenset[str]:
+    """The strategies some tool of ``rows`` has, whose columns the table shows."""
+    found: set[str] = set()
+    for row in rows:
+        figures = row.strategies
+        if figures is not None:
+            if figures.bulkhead is not None:
+                found.add("bulkhead")
+            if figures.budgeted:
+                found.add("budget")
+            if len(found) == len(STRATEGY_COLUMNS):
+                break
+    return frozenset(found)
 
 
 class BreakerTable(ScrollView, can_focus=True):
@@ -160,6 +185,8 @@ class BreakerTable(ScrollView, can_focus=True):
         self._rows: list[BoardRow] = []
         self._now = 0.0
         self._marked: frozenset[str] = frozenset()
+        self._strategies: frozenset[str] = frozenset()
+        """The strategies whose columns show: those some tool on the board has."""
         self._cache: dict[str, tuple[tuple[object, ...], Strip]] = {}
         self._styles: dict[str, Style] = {}
 
@@ -182,6 +209,11 @@ class BreakerTable(ScrollView, can_focus=True):
             a.tool_id != b.tool_id for a, b in zip(rows, self._rows, strict=False)
         )
         self._rows, self._now, self._marked = rows, now, marked
+        strategies = board_strategies(rows)
+        if strategies != self._strategies:  # columns came or went: every line changes
+            self._strategies = strategies
+            self._cache.clear()
+            reordered = True
         cursor = self.cursor
         if keep is not None:
             cursor = next((i for i, r in enumerate(rows) if r.tool_id == keep), cursor)
@@ -285,14 +317,14 @@ class BreakerTable(ScrollView, can_focus=True):
 
     def _header(self, width: int) -> Strip:
         style = self._style("base") + self._style("header")
-        parts = [_cell(c.header, size, c.right) for c, size in fit_columns(width)]
+        parts = [_cell(c.header, size, c.right) for c, size in fit_columns(width, self._strategies)]
         return _strip([Segment(" ".join(parts), style)], width, style)
 
     def _key(self, row: BoardRow, selected: bool, width: int) -> tuple[object, ...]:
         """Everything a line shows: equal keys, equal lines (the stats are compared by identity)."""
         half_open = render.countdown(row.half_open_at - self._now) if row.half_open_at is not None else ""
         return (row.state, row.consecutive_failures, row.failure_threshold, half_open, row.stats, selected,
-                row.tool_id in self._marked, width)  # fmt: skip
+                row.tool_id in self._marked, width, row.strategies, self._strategies)  # fmt: skip
 
     def _line(self, row: BoardRow, selected: bool, width: int) -> Strip:
         key = self._key(row, selected, width)
@@ -304,7 +336,7 @@ class BreakerTable(ScrollView, can_focus=True):
         muted = base + self._style("muted")
         segments: list[Segment] = []
         gap = Segment(" ", base)
-        for column, size in fit_columns(width):
+        for column, size in fit_columns(width, self._strategies):
             text, style = self._cell(column.key, row, half_open, selected, marked, base, muted, size)
             segments.append(Segment(_cell(text, size, column.right), style))
             segments.append(gap)
@@ -337,6 +369,8 @@ class BreakerTable(ScrollView, can_focus=True):
             return render.percent(row.error_percent), style
         if key == "rate":
             return render.rate(row.rate), base
+        if key in _STRATEGY_CELLS:
+            return self._strategy_cell(key, row, base, muted, size)
         counted = _COUNTS.get(key)
         if counted is not None:
             value: int = getattr(row.window, counted)
@@ -346,6 +380,30 @@ class BreakerTable(ScrollView, can_focus=True):
         if key == "p99":
             return render.duration(row.p99_ms), base
         return render.sparkline(row.spark, size), base + self._style("spark")
+
+    def _strategy_cell(
+        self, key: str, row: BoardRow, base: Style, muted: Style, size: int
+    ) -> tuple[str, Style]:
+        """A bulkhead's occupancy and refusals, a budget's refusals: blank for a tool without one."""
+        figures = row.strategies
+        bulkhead = figures.bulkhead if figures is not None else None
+        if key == "budget_refused":
+            if figures is None or not figures.budgeted:
+                return "", base
+            value = figures.budget_refused
+        elif bulkhead is None or figures is None:
+            return "", base
+        elif key == "bulkhead":
+            level = render.occupancy_level(
+                bulkhead.in_flight, bulkhead.max_concurrent, bulkhead.queued, bulkhead.max_queued
+            )
+            text = render.occupancy(bulkhead.in_flight, bulkhead.max_concurrent, bulkhead.queued, size)
+            return text, base if level == "ok" else base + self._style(f"error-{level}")
+        else:
+            value = figures.bulkhead_refused
+        if not value:
+            return "·", muted
+        return render.short_count(value), base + self._style("error-warn")
 
 
 def _cell(text: str, width: int, right: bool) -> str:
@@ -360,4 +418,4 @@ def _strip(segments: list[Segment], width: int, style: Style) -> Strip:
     return Strip(segments).crop_extend(0, width, style)
 
 
-__all__ = ["COLUMNS", "BreakerTable", "Column", "fit_columns"]
+__all__ = ["COLUMNS", "STRATEGY_COLUMNS", "BreakerTable", "Column", "board_strategies", "fit_columns"]

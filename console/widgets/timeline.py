@@ -23,6 +23,8 @@ _ATTEMPT_STYLE = {
     "cut": "$foreground-muted",
     "running": "$primary",
 }
+_WAIT = ("░", "$secondary")
+"""An attempt the bulkhead held back: its wait in the queue (however that ended), or its refusal."""
 _OUTCOME_MARK = {
     "succeeded": ("✓", "$success"),
     "partial": ("◑", "$warning"),
@@ -65,12 +67,19 @@ def timeline_lines(calls: Sequence[CallTimeline], now: float, width: int) -> lis
         for attempt in call.attempts:
             first = _cell(attempt.start - call.start, scale, axis)
             last = _cell((attempt.end if attempt.end is not None else end) - call.start, scale, axis)
+            waited = (
+                _cell(attempt.queued_at - call.start, scale, axis) if attempt.queued_at is not None else first
+            )
             if gap_from is not None:
-                for i in range(gap_from, first):
+                for i in range(gap_from, waited):
                     cells[i] = ("·", "$foreground-muted")
+            if not attempt.made:  # only its wait shows: it never ran
+                waited, first = min(waited, first), last + 1
+            for i in range(waited, first):
+                cells[i] = _WAIT
             for i in range(first, last + 1):
                 cells[i] = ("█", _ATTEMPT_STYLE.get(attempt.outcome, ""))
-            gap_from = last + 1
+            gap_from = max(last, first - 1) + 1
         mark, mark_style = _OUTCOME_MARK.get(call.outcome, ("?", ""))
         lines.append(
             Content.assemble(
@@ -86,11 +95,17 @@ def timeline_lines(calls: Sequence[CallTimeline], now: float, width: int) -> lis
 
 
 def _summary(call: CallTimeline, now: float) -> str:
-    """``5 att · 1.4s · connection_reset``: attempts, how long, and what ended a call that failed."""
+    """``5 att · 1.4s · connection_reset``: attempts, how long, and what ended a call that failed;
+    then why a strategy refused it or its retry, or that it waits in the bulkhead's queue."""
     end = call.end if call.end is not None else now
-    summary = f"{len(call.attempts)} att · {render.duration((end - call.start) * 1000)}"
-    if call.attempts and call.attempts[-1].kind and call.outcome not in ("succeeded", "running"):
-        summary += f" · {call.attempts[-1].kind}"
+    made = call.attempts_made
+    summary = f"{len(made)} att · {render.duration((end - call.start) * 1000)}"
+    if made and made[-1].kind and call.outcome not in ("succeeded", "running"):
+        summary += f" · {made[-1].kind}"
+    if call.refusal:
+        summary += f" · {call.refusal}"
+    elif call.outcome == "running" and call.attempts and call.attempts[-1].outcome == "queued":
+        summary += " · queued"
     return summary
 
 
@@ -115,10 +130,12 @@ class RetryTimeline(Static):
         if not calls:
             self.update(Content.styled("no calls yet", "$foreground-muted"))
             return
+        held = any(a.queued_at is not None or not a.made for c in calls for a in c.attempts)
+        queued = ("  ", _WAIT, " bulkhead") if held else ()
         legend = Content.assemble(
             ("attempts ", "$foreground-muted"), ("█", "$success"), " ok  ", ("█", "$error"), " error  ",
             ("█", "$warning"), " timeout  ", ("█", "$foreground-muted"), " cut off  ",
-            ("·", "$foreground-muted"), " backoff\n",
+            ("·", "$foreground-muted"), " backoff", *queued, "\n",
             ("calls    ", "$foreground-muted"), "✓ succeeded  ◑ partial  ✗ failed  ⊘ rejected  ✂ cut off",
         )  # fmt: skip
         width = self.content_size.width or self.app.size.width - 2

@@ -12,6 +12,8 @@ from engine.events import (
     BreakerHalfOpened,
     BreakerOpened,
     BreakerTripped,
+    BulkheadQueued,
+    BulkheadRejected,
     CallEscalated,
     CallFailed,
     CallRejected,
@@ -21,6 +23,8 @@ from engine.events import (
     ManifestLoaded,
     ManifestRejected,
     ManifestRemoved,
+    RecordingStarted,
+    RetryBudgetSpent,
     ToolTimedOut,
     TurnDeadlineExceeded,
     TurnFinished,
@@ -77,10 +81,49 @@ def call_failed(tool: str, call: str, t: float, *, attempts: int = 1, turn: str 
     )  # fmt: skip
 
 
-def rejected(tool: str, call: str, t: float, *, turn: str | None = None) -> CallRejected:
+def rejected(tool: str, call: str, t: float, *, turn: str | None = None, reason: str | None = None,
+             kind: ErrorKind = ErrorKind.CIRCUIT_OPEN) -> CallRejected:  # fmt: skip
     return CallRejected(
         at=WALL + t, t=t, tool_id=tool, call_id=call, turn_id=turn, state=BreakerState.OPEN,
-        reason=f"circuit open for {tool}",
+        reason=reason or f"circuit open for {tool}", kind=kind,
+    )  # fmt: skip
+
+
+def queued(tool: str, call: str, t: float, *, attempt: int = 1, turn: str | None = None,
+           in_flight: int = 2, waiting: int = 1) -> BulkheadQueued:  # fmt: skip
+    return BulkheadQueued(
+        at=WALL + t, t=t, tool_id=tool, call_id=call, turn_id=turn, attempt=attempt, in_flight=in_flight,
+        queued=waiting,
+    )  # fmt: skip
+
+
+def bulkhead_full(tool: str, call: str, t: float, *, attempt: int = 1, turn: str | None = None,
+                  waited_ms: float = 0.0) -> BulkheadRejected:  # fmt: skip
+    """Refused at once (``waited_ms`` 0), or when its wait of ``waited_ms`` ran out."""
+    reason = (
+        f"bulkhead queue wait ran out after {waited_ms / 1000:g} s (2 in flight, 0 queued)"
+        if waited_ms
+        else "bulkhead full: 2 in flight, 1 queued"
+    )
+    return BulkheadRejected(
+        at=WALL + t, t=t, tool_id=tool, call_id=call, turn_id=turn, attempt=attempt, reason=reason,
+        in_flight=2, queued=0 if waited_ms else 1, waited_ms=waited_ms,
+    )  # fmt: skip
+
+
+def budget_spent(tool: str, call: str, t: float, *, attempt: int = 1, turn: str | None = None,
+                 shared: bool = False, retries: int = 3, calls: int = 10) -> RetryBudgetSpent:  # fmt: skip
+    return RetryBudgetSpent(
+        at=WALL + t, t=t, tool_id=tool, call_id=call, turn_id=turn, attempt=attempt, retries=retries,
+        calls=calls, window_s=10.0, shared=shared,
+        reason=f"retry budget spent: {retries} retries over {calls} calls in 10 s",
+    )  # fmt: skip
+
+
+def recording_started(t: float, tools: tuple[str, ...]) -> RecordingStarted:
+    return RecordingStarted(
+        at=WALL + t, t=t, host="host", pid=1,
+        breakers={tool: {"state": "CLOSED", "consecutive_failures": 0} for tool in tools},
     )  # fmt: skip
 
 
@@ -162,12 +205,15 @@ def deadline_exceeded(turn: str, t: float, unfinished: tuple[str, ...]) -> TurnD
     return TurnDeadlineExceeded(at=WALL + t, t=t, turn_id=turn, deadline_ms=5000, unfinished=unfinished)
 
 
-def manifest_loaded(tool: str, t: float, *, version: int, digest: str, previous: str | None = None,
-                    threshold: int = 5, path: str | None = None) -> ManifestLoaded:  # fmt: skip
+def manifest_loaded(
+    tool: str, t: float, *, version: int, digest: str, previous: str | None = None, threshold: int = 5,
+    path: str | None = None, **sections: Any,
+) -> ManifestLoaded:  # fmt: skip
+    """``sections``: strategies' sections (``bulkhead={...}``), as the manifest's top-level keys."""
     return ManifestLoaded(
         at=WALL + t, t=t, tool_id=tool, path=path or f"manifests/{tool}.yaml", version=version, digest=digest,
         previous_digest=previous, manifest={"id": tool, "timeout_ms": 30000.0,
-                                            "circuit_breaker": {"failure_threshold": threshold}},
+                                            "circuit_breaker": {"failure_threshold": threshold}, **sections},
     )  # fmt: skip
 
 

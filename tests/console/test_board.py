@@ -30,7 +30,7 @@ from console.screens.board import (
 )
 from console.screens.tool import ToolScreen
 from console.widgets.breaker_card import BreakerCard
-from console.widgets.breaker_table import COLUMNS, BreakerTable, fit_columns
+from console.widgets.breaker_table import COLUMNS, STRATEGY_COLUMNS, BreakerTable, fit_columns
 from engine.events import BreakerReset
 from engine.strategies.breaker.machine import BreakerState
 from tests.console import factory as f
@@ -68,20 +68,26 @@ def test_at_100_columns_failed_attempts_p99_and_the_rate_come_before_timeouts() 
     assert keys(100) == [*keys(80), "attempts_failed", "rate", "p99"]
 
 
-def test_at_160_columns_every_column_shows_and_the_sparkline_takes_the_rest() -> None:
-    columns = fit_columns(160)
-    assert [c.key for c, _ in columns] == [c.key for c in COLUMNS]
+@pytest.mark.parametrize("strategies", [frozenset(), STRATEGY_COLUMNS], ids=["plain", "with strategies"])
+def test_at_160_columns_every_column_shows_and_the_sparkline_takes_the_rest(
+    strategies: frozenset[str],
+) -> None:
+    """A strategy's columns only on a board where some tool has it: a board without looks as it did."""
+    columns = fit_columns(160, strategies)
+    assert [c.key for c, _ in columns] == [c.key for c in COLUMNS if c.needs is None or c.needs in strategies]
     assert sum(size for _, size in columns) + len(columns) - 1 == 160
 
 
+@pytest.mark.parametrize("strategies", [frozenset(), frozenset({"bulkhead"}), STRATEGY_COLUMNS])
 @pytest.mark.parametrize("width", range(38, 240))
-def test_columns_are_dropped_by_priority_never_by_greedy_fit(width: int) -> None:
+def test_columns_are_dropped_by_priority_never_by_greedy_fit(width: int, strategies: frozenset[str]) -> None:
     """What shows is every column up to some priority: never a timeout count in place of p99."""
-    shown = {column.key for column, _ in fit_columns(width)}
-    cut = max(c.priority for c in COLUMNS if c.key in shown)
-    assert shown == {c.key for c in COLUMNS if c.priority <= cut}
+    present = [c for c in COLUMNS if c.needs is None or c.needs in strategies]
+    shown = {column.key for column, _ in fit_columns(width, strategies)}
+    cut = max(c.priority for c in present if c.key in shown)
+    assert shown == {c.key for c in present if c.priority <= cut}
     if cut > 0:  # the first level always shows; past it, nothing overflows
-        assert sum(size for _, size in fit_columns(width)) + len(shown) - 1 <= width
+        assert sum(size for _, size in fit_columns(width, strategies)) + len(shown) - 1 <= width
 
 
 # --- how the board starts --------------------------------------------------------------------
@@ -458,8 +464,10 @@ async def test_readme_defines_every_figure_a_card_shows() -> None:
         app.flush()
         await pilot.pause()
         shown = "\n".join(text_of(app, card(app, "weather")))
-        for _, names in readme_figures():
-            assert all(name in shown for name in names), (names, shown)
+        strategies = {c.header for c in COLUMNS if c.needs}  # on a tool that has one: test_board_strategies
+        for columns, names in readme_figures():
+            if not strategies & set(columns):
+                assert all(name in shown for name in names), (names, shown)
 
 
 def test_readme_says_which_columns_show_at_80_and_100_columns() -> None:

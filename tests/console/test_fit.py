@@ -12,7 +12,8 @@ transitions, turns, events and manifests, the stored turns, the status line — 
   at ``…``;
 * the status line: the status whole, or as much as fits and then ``…``.
 
-Then the tool detail's countdowns, first at 80×24, and the rules the views fit text by.
+The same on an engine with a bulkhead and retry budgets (issue 23). Then the tool detail's
+countdowns, first at 80×24, and the rules the views fit text by.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from engine.store import TraceStore
 from tests.console import factory as f
 from tests.console.demo_feed import demo_store, events_until, live_demo
 from tests.console.fakes import FakeLink
+from tests.console.strategies_feed import scene
 from tests.console.test_snapshots import MID_OUTAGE, settle
 
 SIZES = {"80x24": (80, 24), "160x50": (160, 50)}
@@ -64,9 +66,15 @@ def model_texts(model: ConsoleModel) -> Iterable[str]:
             yield from (tr.actor, tr.reason, str(tr.from_state), str(tr.to_state), render.clock(tr.at))
         for running in view.in_flight.values():
             yield render.call_where(running.turn_id, running.call_id)
+        for waiting in view.strategies.queued.values():
+            yield render.call_where(waiting.turn_id, waiting.call_id)
         for call in view.timelines():
             yield render.call_where(call.turn_id, call.call_id)
             yield from (a.kind for a in call.attempts if a.kind)
+            yield call.refusal or ""
+        refusal = view.strategies.last_refusal
+        if refusal is not None:
+            yield from (refusal.reason, refusal.by, render.call_where(refusal.turn_id, refusal.call_id))
         if view.manifest is not None:
             yield from (view.manifest.path, render.short_digest(view.manifest.digest))
             yield render.clock(view.manifest.loaded_at)
@@ -195,9 +203,9 @@ partial results and a permanent error."""
 class Tour:
     """Each view in turn, read back and checked against the data."""
 
-    def __init__(self, app: ConsoleApp, pilot: Pilot[Any], store: Path) -> None:
+    def __init__(self, app: ConsoleApp, pilot: Pilot[Any], store: Path | None) -> None:
         self.app, self.pilot = app, pilot
-        self.stored = list(store_texts(store))
+        self.stored = list(store_texts(store)) if store is not None else []
         self.problems: list[str] = []
 
     async def look(self, name: str) -> None:
@@ -272,6 +280,30 @@ async def test_no_view_cuts_a_word_without_an_ellipsis(tmp_path: Path, size: str
     async with app.run_test(size=SIZES[size]) as pilot:
         problems = await tour(app, link, pilot, store)
     assert not problems, "\n".join(problems)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("size", SIZES)
+async def test_no_view_of_bulkheads_and_budgets_cuts_a_word_without_an_ellipsis(size: str) -> None:
+    """The board and the details of tools with a full bulkhead, budgets spent and neither."""
+    played = scene()
+    link = FakeLink(played.seeds, clock=played.now, description="agent with strategies, live")
+    app = ConsoleApp(link, actor="operator:test", live=False)
+    async with app.run_test(size=SIZES[size]) as pilot:
+        link.emit(*played.events)
+        app.flush()
+        seen = Tour(app, pilot, None)
+        await seen.look("the board")
+        await pilot.press("v")
+        await seen.look("the board's other layout")
+        for tool_id in ("search", "pricing", "quotes", "weather"):
+            app.open_tool(tool_id)
+            await seen.look(f"{tool_id}'s detail")
+            await seen.scrolled(f"{tool_id}'s detail")
+            app.pop_screen()
+        await pilot.press("4")
+        await seen.look("the events")
+    assert not seen.problems, "\n".join(seen.problems)
 
 
 def test_the_checks_find_a_silent_cut_and_pass_a_marked_one() -> None:

@@ -1,0 +1,319 @@
+"""A tool's strategies as the console folds them from events: its bulkhead's occupancy, queue and
+refusals, and its retry budget's window and refusals.
+
+Events only, like the rest of the model, so the board reads the same live, attached and replayed:
+
+- the bulkhead's limits come from the manifest in force (``bulkhead`` in its content); its
+  attempts in flight are the tool's running attempts (an attempt holds a slot from its
+  ``AttemptStarted`` to its end); its queue is the attempts announced by ``BulkheadQueued`` and
+  not yet started, refused or cut off; its refusals and queue waits are counted from
+  ``BulkheadRejected`` and the queued attempts that started, with the engine's own p95 rule;
+- a tool's own retry budget is the engine's :class:`~engine.strategies.budget.RetryBudgetWindow`,
+  fed what the engine feeds it: a call as it starts (its first event), a retry when a failed
+  attempt's decision is ``retry`` (the budget consented then); refusals are the
+  ``RetryBudgetSpent`` events;
+- the engine-wide budget (``defaults.yaml``) is in no event but its refusals: the console counts
+  those of each tool and keeps the figures of the last one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from engine.events import BulkheadQueued, BulkheadRejected, CallRejected, RetryBudgetSpent
+from engine.kinds import ErrorKind
+from engine.strategies.budget import RetryBudgetFacts, RetryBudgetOptions, RetryBudgetWindow
+from engine.strategies.bulkhead import BulkheadFacts, BulkheadOptions
+from engine.strategies.bulkhead.limiter import WAIT_RECORD_SIZE, WAIT_WINDOW_S
+
+CallKey = tuple[str | None, str]
+"""A call by (turn, call), as the tool's in-flight attempts are kept."""
+BULKHEAD_FULL = "bulkhead full"
+"""How the engine's reason for a refusal without a wait begins (else the wait ran out)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Queued:
+    """An attempt waiting in the bulkhead's queue."""
+
+    call_id: str
+    turn_id: str | None
+    attempt: int
+    since: float
+    until: float
+    """When its wait runs out at the latest (the queue timeout then in force)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A strategy refused an attempt: the newest one, to say why on screen."""
+
+    t: float
+    at: float
+    call_id: str
+    turn_id: str | None
+    attempt: int
+    """The attempt refused (a bulkhead's), or the one whose retry was (a budget's)."""
+    by: str
+    """``bulkhead``, ``retry budget`` or ``engine-wide retry budget``."""
+    retry: bool
+    """A retry was refused (the call ended on its last attempt), not the call's first attempt."""
+    reason: str
+    """The strategy's words: ``bulkhead full: 2 in flight, 1 queued``, ``retry budget spent: 0
+    retries over 1 calls in 10 s`` (the call's reason says ``retry refused: …`` before a retry's)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SharedBudgetSeen:
+    """The engine-wide retry budget, as far as this tool's refusals show it."""
+
+    refused: int
+    """This tool's retries it refused."""
+    retries: int
+    calls: int
+    window_s: float
+    """Its window at the last refusal: retries spent over calls started in ``window_s``."""
+    t: float
+    """When that was (engine time)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StrategyFigures:
+    """A tool's strategies at one moment, for its board row and its detail."""
+
+    bulkhead: BulkheadFacts | None
+    """The engine's own figures (``engine.stats()[tool].strategies["bulkhead"]``); refusals since
+    the console began following."""
+    bulkhead_refused: int
+    """Attempts the bulkhead refused in the board's window."""
+    retry_budget: RetryBudgetFacts | None
+    """The tool's own budget's window, as ``engine.stats()`` has it."""
+    shared_budget: SharedBudgetSeen | None
+    budget_refused: int
+    """Retries a budget (its own or the engine-wide one) refused in the board's window."""
+    last_refusal: Refusal | None
+
+    @property
+    def budgeted(self) -> bool:
+        return self.retry_budget is not None or self.shared_budget is not None
+
+
+class RollingCount:
+    """Events per second over the last ``window_s`` seconds, ``now``'s included (the board's
+    window, as :class:`~engine.metrics.ToolMetrics` counts it)."""
+
+    __slots__ = ("_seconds", "window_s")
+
+    def __init__(self, window_s: int) -> None:
+        self.window_s = window_s
+        self._seconds: deque[list[int]] | None = None  # [second, count], oldest first; made on first use
+
+    def add(self, t: float) -> None:
+        second = math.floor(t)
+        seconds = self._seconds
+        if seconds is None:
+            seconds = self._seconds = deque()
+        if seconds and seconds[-1][0] >= second:  # the same second (or a clock that stood still)
+            seconds[-1][1] += 1
+        else:
+            seconds.append([second, 1])
+        while seconds[0][0] <= second - self.window_s:
+            seconds.popleft()
+
+    def total(self, now: float) -> int:
+        if not self._seconds:
+            return 0
+        first = math.floor(now) - self.window_s + 1
+        return sum(n for second, n in self._seconds if second >= first)
+
+    def clear(self) -> None:
+        self._seconds = None
+
+
+def _options(content: Mapping[str, Any] | None, section: str, model: type[Any]) -> Any:
+    """A manifest section as the engine's options, or None (absent, or written oddly elsewhere)."""
+    value = content.get(section) if content is not None else None
+    if not isinstance(value, Mapping):
+        return None
+    try:
+        return model.model_validate(value)
+    except ValidationError:
+        return None
+
+
+class ToolStrategies:
+    """The fold of one tool's strategy events (see the module docstring)."""
+
+    __slots__ = (
+        "_waits",
+        "budget",
+        "budget_options",
+        "budget_refused",
+        "bulkhead",
+        "bulkhead_refused",
+        "last_refusal",
+        "queued",
+        "refused",
+        "rejected_full",
+        "rejected_timeout",
+        "shared",
+        "shared_refused",
+    )
+
+    def __init__(self, window_s: int) -> None:
+        self.bulkhead: BulkheadOptions | None = None
+        self.budget_options: RetryBudgetOptions | None = None
+        self.budget: RetryBudgetWindow | None = None
+        self.queued: dict[CallKey, Queued] = {}
+        self.rejected_full = 0
+        self.rejected_timeout = 0
+        self._waits: deque[tuple[float, float]] | None = None  # (ended, waited s), made on first use
+        self.bulkhead_refused = RollingCount(window_s)
+        self.refused = 0
+        """Retries the tool's own budget refused, since it was set (a reload keeps counting)."""
+        self.shared_refused = 0
+        self.shared: RetryBudgetSpent | None = None
+        """The last refusal by the engine-wide budget."""
+        self.budget_refused = RollingCount(window_s)
+        self.last_refusal: Refusal | None = None
+
+    @property
+    def active(self) -> bool:
+        """Anything to show: a section in the manifest, or refusals by the engine-wide budget."""
+        return self.bulkhead is not None or self.budget is not None or self.shared is not None
+
+    def configure(self, content: Mapping[str, Any] | None) -> None:
+        """The manifest in force changed: take its sections, keeping what the engine keeps across
+        a reload (the queue and counts of a bulkhead still set, a budget's window)."""
+        bulkhead = _options(content, "bulkhead", BulkheadOptions)
+        if bulkhead is None and self.bulkhead is not None:  # its state leaves with it
+            self.queued.clear()
+            self._waits = None
+            self.rejected_full = self.rejected_timeout = 0
+        self.bulkhead = bulkhead
+        budget = _options(content, "retry_budget", RetryBudgetOptions)
+        if budget is None:
+            self.budget, self.refused = None, 0
+        elif self.budget is None:
+            self.budget = RetryBudgetWindow(budget)
+        elif budget != self.budget_options:
+            self.budget.reconfigure(budget)
+        self.budget_options = budget
+
+    def restart(self) -> None:
+        """The engine restarted (a new recording): its strategies start afresh."""
+        content = {
+            "bulkhead": self.bulkhead.model_dump() if self.bulkhead else None,
+            "retry_budget": self.budget_options.model_dump() if self.budget_options else None,
+        }
+        self.configure(None)
+        self.shared, self.shared_refused, self.last_refusal = None, 0, None
+        self.bulkhead_refused.clear()
+        self.budget_refused.clear()
+        self.configure(content)
+
+    # --- events ------------------------------------------------------------------------------
+
+    def _call_started(self, t: float) -> None:
+        if self.budget is not None:
+            self.budget.call_started(t)
+
+    def attempt_queued(self, e: BulkheadQueued) -> None:
+        if e.attempt == 1:  # a call's first event: the engine counted it as it began
+            self._call_started(e.t)
+        timeout_s = self.bulkhead.queue_timeout_ms / 1000.0 if self.bulkhead is not None else math.inf
+        self.queued[(e.turn_id, e.call_id)] = Queued(e.call_id, e.turn_id, e.attempt, e.t, e.t + timeout_s)
+
+    def attempt_started(self, key: CallKey, attempt: int, t: float) -> None:
+        waited = self.queued.pop(key, None) if self.queued else None
+        if waited is not None:
+            self._wait_ended(t, t - waited.since)
+        elif attempt == 1:
+            self._call_started(t)
+
+    def attempt_refused(self, e: BulkheadRejected) -> None:
+        waited = self.queued.pop((e.turn_id, e.call_id), None)
+        if e.attempt == 1 and waited is None:  # refused at once: its first event
+            self._call_started(e.t)
+        if e.reason.startswith(BULKHEAD_FULL):
+            self.rejected_full += 1
+        else:  # its wait ran out: the engine records the wait
+            self.rejected_timeout += 1
+            self._wait_ended(e.t, e.waited_ms / 1000.0)
+        self.bulkhead_refused.add(e.t)
+        self.last_refusal = Refusal(
+            e.t, e.at, e.call_id, e.turn_id, e.attempt, "bulkhead", e.attempt > 1, e.reason
+        )
+
+    def call_rejected(self, e: CallRejected) -> None:
+        if e.kind is not ErrorKind.BULKHEAD_FULL:  # the breaker's: the call's first and last event
+            self._call_started(e.t)
+
+    def retry_decided(self, t: float) -> None:
+        """A failed attempt's decision is to retry: the budget consented, and spent one."""
+        if self.budget is not None:
+            self.budget.try_spend(t)
+
+    def budget_spent(self, e: RetryBudgetSpent) -> None:
+        if e.shared:
+            self.shared_refused += 1
+            self.shared = e
+            self.retry_decided(e.t)  # the tool's own budget, asked first, had consented
+            by = "engine-wide retry budget"
+        else:
+            self.refused += 1
+            by = "retry budget"
+        self.budget_refused.add(e.t)
+        self.last_refusal = Refusal(e.t, e.at, e.call_id, e.turn_id, e.attempt, by, True, e.reason)
+
+    def _wait_ended(self, t: float, waited_s: float) -> None:
+        if self._waits is None:
+            self._waits = deque(maxlen=WAIT_RECORD_SIZE)
+        self._waits.append((t, waited_s))
+
+    def expire(self, now: float, grace_s: float) -> bool:
+        """Drop queued attempts whose wait ran out ``grace_s`` ago unseen (their end was lost)."""
+        stale = [key for key, q in self.queued.items() if q.until + grace_s < now]
+        for key in stale:
+            del self.queued[key]
+        return bool(stale)
+
+    # --- reading -----------------------------------------------------------------------------
+
+    def wait_p95_ms(self, now: float) -> float:
+        """The engine's rule: nearest-rank p95 of the last waits that ended within a minute."""
+        recent = sorted(waited for ended, waited in self._waits or () if now - ended <= WAIT_WINDOW_S)
+        return recent[math.ceil(0.95 * len(recent)) - 1] * 1000.0 if recent else 0.0
+
+    def figures(self, now: float, in_flight: int) -> StrategyFigures:
+        bulkhead = None
+        if self.bulkhead is not None:
+            bulkhead = BulkheadFacts(
+                in_flight=in_flight,
+                max_concurrent=self.bulkhead.max_concurrent,
+                queued=len(self.queued),
+                max_queued=self.bulkhead.max_queued,
+                rejected_full=self.rejected_full,
+                rejected_timeout=self.rejected_timeout,
+                wait_p95_ms=self.wait_p95_ms(now),
+            )
+        budget = None
+        if self.budget is not None:
+            window = self.budget.snapshot(now)
+            budget = RetryBudgetFacts(
+                window.calls, window.retries, window.allowed, self.refused, window.window_s
+            )
+        shared = None
+        if self.shared is not None:
+            e = self.shared
+            shared = SharedBudgetSeen(self.shared_refused, e.retries, e.calls, e.window_s, e.t)
+        return StrategyFigures(
+            bulkhead, self.bulkhead_refused.total(now), budget, shared, self.budget_refused.total(now),
+            self.last_refusal,
+        )  # fmt: skip
