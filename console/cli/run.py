@@ -19,6 +19,7 @@ from console.cli.tables import Column, TableColumn, aligned_rows, fitted_tables,
 from engine.clock import VirtualWallClock
 from engine.demo import demo_engine
 from engine.engine import Engine
+from engine.events import AttemptStarted, BulkheadQueued, Event, ToolEvent
 from engine.faults import FaultInjector
 from engine.metrics import ToolStats
 from engine.outcomes import CallStatus, TurnResult
@@ -50,7 +51,74 @@ def turn_lines(console: Console, result: TurnResult, offset_s: float) -> list[Te
         cells.append((outcome.call_id, tool, label, str(outcome.attempts)))
         reasons.append(outcome.reason if not outcome.ok or outcome.used_default or outcome.served_by else "")
     calls = aligned_rows(console, columns, cells, reasons, note_header="reason")
-    return [*headed_lines(console, heading, result.summary), *calls]
+    return [*headed_lines(console, heading, result.summary), *calls, *strategy_lines(console, result)]
+
+
+def strategy_events(result: TurnResult) -> list[ToolEvent]:
+    """What the turn's strategies decided (a bulkhead queueing or refusing an attempt, a retry
+    budget refusing a retry): the tool events declared outside the engine's own vocabulary
+    (:mod:`engine.events`), i.e. in a strategy's package. In call order for simultaneous ones:
+    concurrent calls announce them in whatever order their tasks ran."""
+    position = {call_id: n for n, call_id in enumerate(result.outcomes)}
+    found = [
+        e for e in result.trace.events
+        if isinstance(e, ToolEvent) and not type(e).__module__.startswith("engine.events")
+    ]  # fmt: skip
+    return sorted(found, key=lambda e: (e.t, position.get(e.call_id, len(position))))
+
+
+def strategy_decision(event: ToolEvent, trace: list[Event]) -> str:
+    """The event's own line, without the tool it begins with; a queued attempt says when it ran."""
+    text = event.describe().removeprefix(f"{event.tool_id} ")
+    if isinstance(event, BulkheadQueued):
+        started = next(
+            (e for e in trace if isinstance(e, AttemptStarted) and e.call_id == event.call_id
+             and e.attempt == event.attempt and e.t >= event.t),
+            None,
+        )  # fmt: skip
+        if started is not None:
+            text += f"; served after {started.t - event.t:.2f} s"
+    return text
+
+
+def strategy_lines(console: Console, result: TurnResult) -> list[Text]:
+    """A line per strategy decision of the turn, under its calls; none when no strategy spoke."""
+    events = strategy_events(result)
+    if not events:
+        return []
+    cells = [(e.call_id, e.tool_id) for e in events]
+    notes = [strategy_decision(e, result.trace.events) for e in events]
+    return aligned_rows(
+        console, (Column("call"), Column("tool")), cells, notes, note_header="strategy decision"
+    )
+
+
+def strategy_state_lines(console: Console, stats: dict[str, ToolStats]) -> list[Text]:
+    """Each tool's strategies as ``engine.stats()`` has them now (a budget's window, a bulkhead's
+    rejections); an engine-wide one once. None when no tool has a strategy beyond the backbone."""
+    cells, notes, shared = [], [], set()
+    for tool, tool_stats in stats.items():
+        for section, facts in tool_stats.strategies.items():
+            if section.startswith("shared."):
+                if section in shared:
+                    continue
+                shared.add(section)
+                tool = "(every tool)"
+            cells.append((tool, section.removeprefix("shared.")))
+            notes.append(", ".join(f"{name} {_fact(value)}" for name, value in facts.items()))
+    if not cells:
+        return []
+    title = Text.assemble(("per-tool strategies", "bold"), " (now)")
+    return [
+        title,
+        *aligned_rows(console, (Column("tool"), Column("strategy")), cells, notes, note_header="state"),
+    ]
+
+
+def _fact(value: object) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def metrics_tables(console: Console, engine: Engine, stats: dict[str, ToolStats]) -> list[Table]:
@@ -90,6 +158,7 @@ def report(
                 "summary": r.summary,
                 "timed_out": r.timed_out,
                 "executed": r.executed,
+                "strategy_events": [e.to_dict() for e in strategy_events(r)],
                 "outcomes": {
                     cid: {
                         "tool": o.tool_id,
@@ -107,7 +176,7 @@ def report(
             for r in results
         ],
         "metrics": {tool: tool_stats.to_dict() for tool, tool_stats in stats.items()},
-        "faults": dict(injector.counters) if injector is not None else {},
+        "faults": dict(sorted(injector.counters.items())) if injector is not None else {},
     }
 
 
@@ -184,6 +253,8 @@ def run_command(
     else:
         for table in metrics_tables(console, engine, stats):
             console.print(table)
+        for line in strategy_state_lines(console, stats):
+            console.print(line, soft_wrap=True)
         if injector is not None and injector.counters:
             fired = ", ".join(f"{kind} ×{n}" for kind, n in sorted(injector.counters.items()))
             console.print(f"[dim]injected faults: {fired}[/]")

@@ -49,6 +49,13 @@ def test_runs_are_identical_on_the_virtual_clock(capsys: pytest.CaptureFixture[s
     first = run_json(capsys, "demo", "--manifests", str(ROOT / "manifests"))
     second = run_json(capsys, "demo", "--manifests", str(ROOT / "manifests"))
     assert first == second
+    # Byte-identical too: the fault counters in a fixed order, whichever fault fired first.
+    assert list(first["faults"]) == sorted(first["faults"])
+    texts = []
+    for _ in range(3):
+        assert main(["demo", "--manifests", str(ROOT / "manifests"), "--json", "--no-record"]) == 0
+        texts.append(capsys.readouterr().out)
+    assert texts[0] == texts[1] == texts[2]
 
 
 def test_the_human_report_has_summaries_and_metrics(capsys: pytest.CaptureFixture[str]) -> None:

@@ -12,6 +12,7 @@ import pytest
 
 from console.cli import main
 from console.cli.init import starter_files
+from engine.manifest import ManifestRegistry
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,6 +50,43 @@ def test_the_starter_files_come_from_the_bundled_manifests() -> None:
     assert "manifests/flight_search.yaml" in targets
     source = (ROOT / "manifests" / "starter" / "manifests" / "flight_search.yaml").read_bytes()
     assert next(f.content for f in starter_files() if f.target.name == "flight_search.yaml") == source
+
+
+def uncommented(text: str, *sections: str) -> str:
+    """``text`` with the commented-out blocks of ``sections`` (``# bulkhead:`` and the lines
+    indented under it) made live, as a user uncommenting them would."""
+    lines, live, indent = [], False, ""
+    for line in text.splitlines(keepends=True):
+        stripped = line.lstrip(" ")
+        if stripped.startswith("# "):
+            body = stripped[2:]
+            key = body.split(":", 1)[0]
+            if not body.startswith(" "):
+                live, indent = key in sections, line[: len(line) - len(stripped)]
+            if live:
+                line = indent + body
+        else:
+            live = False
+        lines.append(line)
+    return "".join(lines)
+
+
+def test_the_starters_commented_strategy_sections_load_as_written(tmp_path: Path) -> None:
+    """What init's comments show for the bulkhead and the retry budget is valid as it stands."""
+    source = ROOT / "manifests" / "starter" / "manifests"
+    tool = (source / "flight_search.yaml").read_text()
+    defaults = (source / "defaults.yaml").read_text()
+    assert ManifestRegistry.from_directory(source).get("flight_search").strategies == {}, "commented out"
+    (tmp_path / "flight_search.yaml").write_text(uncommented(tool, "bulkhead", "retry_budget"))
+    (tmp_path / "defaults.yaml").write_text(uncommented(defaults, "retry_budget"))
+    registry = ManifestRegistry.from_directory(tmp_path)
+    sections = registry.get("flight_search").model_dump()
+    assert sections["bulkhead"] == {"max_concurrent": 4, "max_queued": 8, "queue_timeout_ms": 1000.0}
+    assert sections["retry_budget"] == {"budget_percent": 20.0, "min_retries_per_s": 3.0, "window_s": 10.0}
+    assert registry.shared["retry_budget"].model_dump() == sections["retry_budget"], (
+        "the one every tool shares"
+    )
+    assert registry.get("flight_search").classification == (), "the other commented blocks stay so"
 
 
 def test_version_and_where(

@@ -11,9 +11,11 @@ from typing import Any
 import pytest
 
 from console.cli import main
+from engine.scenario import load_scenario
 
 ROOT = Path(__file__).parents[2]
 MANIFESTS = str(ROOT / "manifests")
+DEMO_TURNS = [t.id for t in load_scenario(ROOT / "manifests" / "demo" / "scenario.yaml").spec.turns]
 OUTCOMES = {"ok", "degraded", "failed", "timed_out", "canceled", "running"}
 
 
@@ -38,7 +40,8 @@ def turn_ids(capsys: pytest.CaptureFixture[str], store: Path, *extra: str) -> li
 def test_list_shows_the_recorded_turns_newest_first(store: Path, capsys: pytest.CaptureFixture[str]) -> None:
     ids = turn_ids(capsys, store)
     assert [i.split("/")[1] for i in ids] == [
-        "recovered", "bad-input", "tight-deadline", "while-open", "flights-down", "plan-trip",
+        "activity-storm", "regional-quotes", "recovered", "bad-input", "tight-deadline", "while-open",
+        "flights-down", "plan-trip",
     ]  # fmt: skip
     assert len({i.split("/")[0] for i in ids}) == 1, "one run, one namespace"
 
@@ -46,7 +49,7 @@ def test_list_shows_the_recorded_turns_newest_first(store: Path, capsys: pytest.
 def test_a_recorded_run_is_stamped_when_it_ran(store: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # The virtual clock starts at the real now when recording: `--since 1h` finds the run,
     # and `prune --older-than 1d` would not remove it.
-    assert len(turn_ids(capsys, store, "--since", "1h")) == 6
+    assert len(turn_ids(capsys, store, "--since", "1h")) == len(DEMO_TURNS)
     assert turn_ids(capsys, store, "--until", "1h") == []
 
 
@@ -55,14 +58,15 @@ def test_list_filters_by_outcome_and_tool(store: Path, capsys: pytest.CaptureFix
     assert {i.split("/")[1] for i in turn_ids(capsys, store, "--tool", "custom_api")} == {
         "flights-down",
         "while-open",
+        "regional-quotes",
     }
 
 
 def test_list_pages_with_a_cursor(store: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    first = out_json(capsys, "traces", "list", "--traces", str(store), "--json", "--limit", "4")
-    second = out_json(capsys, "traces", "list", "--traces", str(store), "--json", "--limit", "4",
+    first = out_json(capsys, "traces", "list", "--traces", str(store), "--json", "--limit", "5")
+    second = out_json(capsys, "traces", "list", "--traces", str(store), "--json", "--limit", "5",
                       "--cursor", first["next_cursor"])  # fmt: skip
-    assert len(first["turns"]) == 4 and len(second["turns"]) == 2
+    assert len(first["turns"]) == 5 and len(second["turns"]) == len(DEMO_TURNS) - 5
     assert second["next_cursor"] is None
     assert {t["turn_id"] for t in first["turns"]}.isdisjoint(t["turn_id"] for t in second["turns"])
 
@@ -103,9 +107,9 @@ def test_prune_keeps_the_newest(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert main(["demo", "--manifests", MANIFESTS, "--traces", str(path), "--json"]) == 0
     assert main(["demo", "--manifests", MANIFESTS, "--traces", str(path), "--json"]) == 0
     capsys.readouterr()
-    assert len(turn_ids(capsys, path)) == 12, "a second run is stored beside the first"
+    assert len(turn_ids(capsys, path)) == 2 * len(DEMO_TURNS), "a second run is stored beside the first"
     assert main(["traces", "prune", "--keep", "4", "--traces", str(path)]) == 0
-    assert "pruned 8 turn(s)" in capsys.readouterr().out
+    assert f"pruned {2 * len(DEMO_TURNS) - 4} turn(s)" in capsys.readouterr().out
     assert out_json(capsys, "traces", "prune", "--keep", "2", "--traces", str(path), "--json") == {
         "pruned": 2, "turns_left": 2
     }  # fmt: skip
@@ -174,7 +178,7 @@ def test_export_never_writes_onto_the_store_it_reads(
     assert export(store, target, *(["--force"] if force else [])) == 2
     assert "is the trace store being exported" in only_line(capsys)
     assert store.read_bytes() == before, "not a byte changed"
-    assert len(turn_ids(capsys, store)) == 6
+    assert len(turn_ids(capsys, store)) == len(DEMO_TURNS)
 
 
 def test_export_refuses_an_existing_file_unless_forced(
@@ -256,7 +260,7 @@ def test_numbers_out_of_range_are_one_line_and_delete_nothing(
     assert main([*argv, "--traces", str(copy)]) == 2
     assert only_line(capsys).startswith(expected)
     assert copy.read_bytes() == before
-    assert len(turn_ids(capsys, copy)) == 6
+    assert len(turn_ids(capsys, copy)) == len(DEMO_TURNS)
 
 
 # --- readable at 80 columns and in a pipe (issue 10, item 10) ------------------------------------
@@ -298,7 +302,7 @@ def test_a_turn_id_wider_than_the_terminal_stays_one_line(
 def test_show_keeps_the_turn_id_whole_even_when_it_is_wider_than_the_terminal(
     store: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    turn_id = turn_ids(capsys, store)[0]
+    turn_id = next(i for i in turn_ids(capsys, store) if i.endswith("/recovered"))  # an ok turn
     monkeypatch.setenv("COLUMNS", str(len(turn_id) - 5))
     assert main(["traces", "show", turn_id, "--traces", str(store)]) == 0
     assert capsys.readouterr().out.splitlines()[0].startswith(f"{turn_id}  ok")

@@ -24,11 +24,13 @@ from pathlib import Path
 import pytest
 
 from console.cli import PIPE_CLOSED, main
+from engine.scenario import load_scenario
 from engine.store import TraceStore
 from tests.polling import finished
 
 ROOT = Path(__file__).parents[2]
 MANIFESTS = ROOT / "manifests"
+DEMO_TURNS = len(load_scenario(MANIFESTS / "demo" / "scenario.yaml").spec.turns)
 TIMEOUT_S = 30.0
 """A console or a service that starts when it should have refused runs until killed here."""
 
@@ -181,7 +183,7 @@ def test_misuse_is_one_line_exit_2_and_loses_nothing(outcomes: dict[str, Outcome
     assert line.startswith(outcome.expected)
     assert outcome.stdout == ""
     assert outcome.store.read_bytes() == outcome.store_before, "the store is byte for byte as it was"
-    assert turns_in(outcome.store) == 6
+    assert turns_in(outcome.store) == DEMO_TURNS
     # SQLite's own -wal and -shm files come and go with readers.
     left = sorted(p.name for p in outcome.tmp.iterdir() if not p.name.endswith(("-wal", "-shm")))
     assert left in ([], ["kept.jsonl"], ["store.db"]), f"nothing created, nothing removed: {left}"
