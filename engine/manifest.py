@@ -46,7 +46,14 @@ from engine.config import (
     read_regular_file,
     read_yaml,
 )
-from engine.events import Event, ManifestLoaded, ManifestRefused, ManifestRejected, ManifestRemoved
+from engine.events import (
+    Event,
+    ManifestLoaded,
+    ManifestRefused,
+    ManifestRejected,
+    ManifestRemoved,
+    SharedStrategiesChanged,
+)
 from engine.policy import TOOL_ID_PATTERN as TOOL_ID_PATTERN
 from engine.policy import SideEffect as SideEffect
 from engine.policy import ToolManifest as ToolManifest
@@ -403,11 +410,14 @@ class ManifestRegistry:
                 [ConfigIssue(shown, None, "", f"these defaults break {p}") for p in problems]
             )
             return [self._reject(shown, error, self._defaults_digest, at, t)]
+        events: list[Event] = []
+        if new_shared != self.shared:
+            events.append(SharedStrategiesChanged(at=at, t=t, path=shown, strategies=_dumped(new_shared),
+                                                  previous=_dumped(self.shared)))  # fmt: skip
         self._defaults, self._defaults_digest, self.shared = new_defaults, digest, new_shared
         self._fallbacks, self._fallback_digests = {}, {}
         self.rejected.pop(shown, None)
         self.refused.pop(shown, None)
-        events: list[Event] = []
         for file_path, manifest in revalidated.items():
             events += self._install(manifest, file_path, at, t)
         # Files rejected under the old defaults may be valid under the new ones (retried as they
@@ -540,6 +550,10 @@ class ManifestRegistry:
         self.rejected.pop(shown, None)
         self.refused[shown] = reason
         return ManifestRefused(at=at, t=t, path=shown, reason=reason, kept_digest=kept)
+
+
+def _dumped(sections: Mapping[str, StrategyOptions]) -> dict[str, Any]:
+    return {section: options.model_dump(mode="json") for section, options in sections.items()}
 
 
 def _digest_of(manifest: ToolManifest) -> str:

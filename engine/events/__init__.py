@@ -52,7 +52,13 @@ from engine.events.breakers import (
     BreakerTripped,
 )
 from engine.events.breakers import breaker_event_type as breaker_event_type  # internal
-from engine.events.manifests import ManifestLoaded, ManifestRefused, ManifestRejected, ManifestRemoved
+from engine.events.manifests import (
+    ManifestLoaded,
+    ManifestRefused,
+    ManifestRejected,
+    ManifestRemoved,
+    SharedStrategiesChanged,
+)
 from engine.events.fleet import FleetRestored, FleetUnavailable
 from engine.events.lifecycle import OverridesForgotten, RecordingStarted, ToolRegistered
 from engine.strategies.bulkhead.events import BulkheadQueued, BulkheadRejected
@@ -66,7 +72,8 @@ __all__ = [
     "BreakerTripped", "BulkheadQueued", "BulkheadRejected", "CallEscalated", "CallFailed", "CallRejected",
     "CallSkipped", "CallSucceeded", "DefaultUsed", "DependencyBlocked", "Event", "FleetRestored",
     "FleetUnavailable", "HandlerFailed", "ManifestLoaded", "ManifestRefused", "ManifestRejected",
-    "ManifestRemoved", "OverridesForgotten", "RecordingStarted", "RetryBudgetSpent", "StreamEnded",
-    "ToolEvent", "ToolRegistered", "ToolResultSent", "ToolTimedOut", "TurnCanceled", "TurnDeadlineExceeded",
-    "TurnFinished", "TurnInterrupted", "TurnStarted", "event_from_dict", "vocabulary_markdown",
+    "ManifestRemoved", "OverridesForgotten", "RecordingStarted", "RetryBudgetSpent",
+    "SharedStrategiesChanged", "StreamEnded", "ToolEvent", "ToolRegistered", "ToolResultSent",
+    "ToolTimedOut", "TurnCanceled", "TurnDeadlineExceeded", "TurnFinished", "TurnInterrupted",
+    "TurnStarted", "event_from_dict", "vocabulary_markdown",
 ]  # fmt: skip

@@ -27,6 +27,23 @@ class ManifestLoaded(Event):
 
 
 @dataclass(slots=True, kw_only=True)
+class SharedStrategiesChanged(Event):
+    """The engine-wide strategies of defaults.yaml (a retry budget every tool shares) changed.
+
+    They are the sections ``defaults.yaml`` sets beside ``defaults:``; ``strategies`` is every
+    such section now in force, as data."""
+
+    path: str
+    strategies: dict[str, Any]
+    """By section, the options now in force (empty: none any more)."""
+    previous: dict[str, Any]
+
+    def describe(self) -> str:
+        now = ", ".join(self.strategies) or "none"
+        return f"engine-wide strategies from {self.path}: {now} (were: {', '.join(self.previous) or 'none'})"
+
+
+@dataclass(slots=True, kw_only=True)
 class ManifestRejected(Event):
     """An invalid manifest file was refused; the last good version stays in force."""
 

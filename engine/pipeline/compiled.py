@@ -32,11 +32,8 @@ class Pipeline:
     ended: tuple[Strategy[Any], ...] = ()
     """``admit`` reversed: attempts end in the reverse order they were admitted."""
     retry_refusal: tuple[Strategy[Any], ...] = ()
-
-    @property
-    def general(self) -> bool:
-        """Anything beyond the backbone: the call takes the general path."""
-        return bool(self.strategies)
+    general: bool = False
+    """Anything beyond the backbone: the call takes the general path (a field: read on every call)."""
 
     def own(self, section: str) -> Strategy[Any] | None:
         """The tool's own strategy of ``section`` (not an engine-wide shared one)."""
@@ -82,6 +79,7 @@ def compile_pipeline(
         admit=admitting,
         ended=admitting[::-1],
         retry_refusal=tuple(s for s in compiled if overrides(s, "retry_refusal")),
+        general=True,
     )
 
 

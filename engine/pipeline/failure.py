@@ -77,9 +77,9 @@ def admitted_now(call: Call) -> bool:
     """Whether every admitting strategy let the attempt through at once (no await); if not, those
     that did let go again and :func:`admit_attempt` takes over."""
     admitting = call.pipeline.admit
-    for index, strategy in enumerate(admitting):
+    for strategy in admitting:
         if not strategy.admit_now(call):
-            let_go(call, admitting[:index])
+            let_go(call, admitting[: admitting.index(strategy)])
             return False
     return True
 

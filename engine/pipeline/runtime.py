@@ -219,7 +219,9 @@ class Runtime:
             return await failure.after_rejection(call, rejected, now)
         if permit.half_opened is not None:  # this call found the open period over
             self.transitioned(permit.half_opened, ctx, call_id)
-        if call is not None and pipeline.admit:
+        admitting = pipeline.admit
+        if admitting:
+            assert call is not None  # a general pipeline's: built above
             call.attempt = 1
             try:
                 refusal = None if failure.admitted_now(call) else await failure.admit_attempt(call)
@@ -247,7 +249,6 @@ class Runtime:
             ordinal = 0
         timeout_s = manifest.timeout_ms / 1000.0
         idle_ms = manifest.idle_timeout_ms  # None on the hot path: no idle window
-        admitting = pipeline.admit
         attempt = 0
         while True:
             attempt += 1
@@ -302,9 +303,9 @@ class Runtime:
                     timeouts.done(bucket, scope)
                 elif idle_ms is not None:
                     leave_idle_window()
-                if admitting:
-                    assert call is not None
-                    failure.attempt_ended(call)
+                if admitting:  # the last admitted first
+                    for strategy in pipeline.ended:
+                        strategy.attempt_ended(call)  # type: ignore[arg-type]  # built when admitting
             now = clock()
             if error is None and not scope.cancelled_caught:
                 transition = breaker.record(permit, AttemptOutcome.SUCCEEDED, now)

@@ -7,7 +7,8 @@ in :data:`engine.strategies.ORDER` (or, from outside the engine, :func:`engine.s
 The pipeline (:mod:`engine.pipeline`) calls only the hooks a strategy overrides, in the order of
 :data:`~engine.strategies.ORDER`:
 
-- ``call_started(call)`` once per call, before anything else (a retry budget counts calls);
+- ``call_started(call)`` once per call, before anything else (a retry budget counts calls;
+  ``call.start`` is the time, without reading the clock again);
 - ``await admit(call)`` before each attempt, once the breaker admitted it: a :class:`Refusal` ends
   the attempt unsent (a full bulkhead). It may wait, never past ``call.deadline``. A strategy
   that can often admit at once also has ``admit_now(call)``: True lets the attempt through
@@ -81,6 +82,11 @@ class CallView(Protocol):
     @property
     def attempt(self) -> int:
         """The attempt about to start, running, or just ended (1 = the first)."""
+        ...
+
+    @property
+    def start(self) -> float:
+        """Engine time at which the call began."""
         ...
 
     @property

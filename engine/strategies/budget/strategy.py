@@ -37,7 +37,7 @@ class RetryBudgetStrategy(Strategy[RetryBudgetOptions]):
             self.window = previous.window
 
     def call_started(self, call: CallView) -> None:
-        self.window.call_started(call.now)
+        self.window.call_started(call.start)
 
     def retry_refusal(self, call: CallView) -> str | None:
         now = call.now

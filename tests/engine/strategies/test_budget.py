@@ -302,6 +302,10 @@ class FakeCall:
     observed: bool = True
     announced: list[Event] = field(default_factory=list)
 
+    @property
+    def start(self) -> float:  # these fake calls begin when they are seen
+        return self.now
+
     def announce(self, event: Event) -> None:
         self.announced.append(event)
 

@@ -165,6 +165,29 @@ async def test_a_bad_shared_budget_is_reported_at_its_line_and_the_last_good_one
     assert result.attempts == 1, "the last good budget (none left) is still in force"
 
 
+async def test_a_changed_shared_budget_is_announced_and_swapped_in_keeping_its_window(tmp_path: Path) -> None:
+    write(
+        tmp_path, "defaults.yaml", "defaults: {}\nretry_budget: {budget_percent: 0, min_retries_per_s: 0.1}\n"
+    )
+    write(tmp_path, "a.yaml", SVC.format(name="a"))
+    engine = Engine(tmp_path)
+    engine.register("a", Flaky(1.0))
+    await engine.try_call("a")  # spends the shared budget's one retry
+    write(
+        tmp_path, "defaults.yaml", "defaults: {}\nretry_budget: {budget_percent: 0, min_retries_per_s: 0.2}\n"
+    )
+    [changed] = engine.reload_manifests()
+    assert changed.event_type == "SharedStrategiesChanged"
+    assert changed.strategies["retry_budget"]["min_retries_per_s"] == 0.2
+    assert changed.previous["retry_budget"]["min_retries_per_s"] == 0.1
+    facts = engine.stats()["a"].strategies["shared.retry_budget"]
+    assert (facts["calls"], facts["retries"], facts["allowed"]) == (1, 1, 2)
+    write(tmp_path, "defaults.yaml", "defaults: {}\n")
+    [dropped] = engine.reload_manifests()
+    assert (dropped.strategies, list(dropped.previous)) == ({}, ["retry_budget"])
+    assert engine.stats()["a"].strategies == {}
+
+
 async def test_a_reload_keeps_the_window(tmp_path: Path) -> None:
     write(
         tmp_path,

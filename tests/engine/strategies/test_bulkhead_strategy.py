@@ -53,6 +53,10 @@ class FakeCall:
         return anyio.current_time()
 
     @property
+    def start(self) -> float:
+        return anyio.current_time()
+
+    @property
     def wall_clock(self) -> Callable[[], float]:
         return lambda: WALL + anyio.current_time()
 
