@@ -10,6 +10,10 @@ does the work, and gives the slot back. Three cases:
 - ``100 × checkpoint``: 100 slots, the same work;
 - ``100 × 1 ms``: 100 slots, work that sleeps 1 ms (a fast tool).
 
+The engine's rows call the same work as a tool through ``engine.try_call``: once with the
+tool's ``bulkhead`` section, once without it inside a CapacityLimiter (their ratio is the
+bulkhead's cost as the engine runs it).
+
 The real clock; each figure is the best of ``--repeat`` runs, the limiters taking turns.
 ``calls/s`` is callers over wall time; ``CPU µs/call`` the process's CPU time per caller (less
 disturbed by other processes on a shared machine); ``vs limiter`` the CapacityLimiter's figure
@@ -31,6 +35,7 @@ from typing import Any
 
 import anyio
 
+from engine import Engine, ToolManifest
 from engine.strategies.bulkhead import Bulkhead, BulkheadOptions
 
 Work = Callable[[], Awaitable[None]]
@@ -102,6 +107,38 @@ async def _all_at_once(callers: int, caller: Callable[[], Coroutine[Any, Any, No
     return time.perf_counter() - start, time.process_time() - cpu_start
 
 
+def _engine(work: Work, **sections: Any) -> Engine:
+    # Timeouts and retries as any tool has them; the bulkhead's queue wait long enough for everyone.
+    engine = Engine([ToolManifest(id="tool", **sections)])
+    engine.register("tool", work)
+    return engine
+
+
+async def run_engine_bulkhead(callers: int, slots: int, work: Work) -> Run:
+    bulkhead = {"max_concurrent": slots, "max_queued": callers, "queue_timeout_ms": 600_000}
+    engine = _engine(work, bulkhead=bulkhead)
+
+    async def caller() -> None:
+        result = await engine.try_call("tool")
+        assert result.ok, result.reason
+
+    async with engine:
+        return Run(*await _all_at_once(callers, caller), 0)
+
+
+async def run_engine_capacity_limiter(callers: int, slots: int, work: Work) -> Run:
+    engine = _engine(work)
+    limiter = anyio.CapacityLimiter(slots)
+
+    async def caller() -> None:
+        async with limiter:
+            result = await engine.try_call("tool")
+        assert result.ok, result.reason
+
+    async with engine:
+        return Run(*await _all_at_once(callers, caller), 0)
+
+
 def _disorder(order: list[int]) -> int:
     return max((abs(position - ticket) for position, ticket in enumerate(order)), default=0)
 
@@ -115,7 +152,11 @@ LIMITERS = (
     ("Bulkhead", run_bulkhead),
     ("CapacityLimiter", run_capacity_limiter),
     ("no limit", run_unlimited),
+    ("engine, bulkhead", run_engine_bulkhead),
+    ("engine in a CapacityLimiter", run_engine_capacity_limiter),
 )
+REFERENCE = {"engine, bulkhead": "engine in a CapacityLimiter"}
+"""Each limiter's figures are compared with the CapacityLimiter's, the engine's with the engine's."""
 
 
 def measure(backend: str, callers: int, slots: int, work: Work, repeat: int) -> dict[str, Run]:
@@ -142,14 +183,14 @@ def main() -> None:
     args = parser.parse_args()
     print(f"{args.callers} callers, best of {args.repeat}; Python {platform.python_version()}")
     print(
-        f"{'backend':8} {'case':17} {'limiter':16} {'calls/s':>9} {'vs limiter':>10} "
+        f"{'backend':8} {'case':17} {'limiter':28} {'calls/s':>9} {'vs limiter':>10} "
         f"{'CPU µs/call':>11} {'vs limiter':>10} {'disorder':>8}"
     )
     for backend in ("asyncio", "trio"):
         for case, slots, work in CASES:
             results = measure(backend, args.callers, slots, work, args.repeat)
-            reference = results["CapacityLimiter"]
             for name, result in results.items():
+                reference = results[REFERENCE.get(name, "CapacityLimiter")]
                 limited = name != "no limit"
                 rate = args.callers / result.seconds
                 cpu_us = result.cpu_seconds / args.callers * 1e6
@@ -157,7 +198,7 @@ def main() -> None:
                 cpu_ratio = f"{reference.cpu_seconds / result.cpu_seconds:.0%}" if limited else ""
                 disorder = str(result.disorder) if limited else ""
                 print(
-                    f"{backend:8} {case:17} {name:16} {rate:9,.0f} {ratio:>10} "
+                    f"{backend:8} {case:17} {name:28} {rate:9,.0f} {ratio:>10} "
                     f"{cpu_us:11.1f} {cpu_ratio:>10} {disorder:>8}"
                 )
 
