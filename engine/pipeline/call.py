@@ -43,6 +43,8 @@ class Call:
     the engine's."""
     pipeline: Pipeline
     """The tool's pipeline when the call began: a reload swaps the tool's, never this call's."""
+    clock: Callable[[], float]
+    """Engine time as this call reads it (the running backend's own clock)."""
     attempt: int = 0
     ran: bool = False
     """Did any failed attempt run the tool (its kind says executed)? The call's ``executed``, whatever
@@ -64,7 +66,7 @@ class Call:
 
     @property
     def now(self) -> float:
-        return self.runtime.clock()
+        return self.clock()
 
     @property
     def wall_clock(self) -> Callable[[], float]:

@@ -188,7 +188,7 @@ async def after_failure(
         return await conclude(call, now, error, classification, decided, partial_result)
     if decided.delay_s > 0:
         await anyio.sleep(decided.delay_s)
-    now = runtime.clock()
+    now = call.clock()
     retry = breaker.acquire(now)
     refusal_reason = None
     if retry is None:  # the breaker opened during the backoff: the call ends on its last attempt
@@ -204,8 +204,8 @@ async def after_failure(
                 breaker.record(retry, AttemptOutcome.ABANDONED, current_time())
                 raise
             if refused_by is not None:
-                breaker.record(retry, AttemptOutcome.ABANDONED, runtime.clock())
-                call.attempt, refusal_reason, now = attempt, refused_by.reason, runtime.clock()
+                breaker.record(retry, AttemptOutcome.ABANDONED, call.clock())
+                call.attempt, refusal_reason, now = attempt, refused_by.reason, call.clock()
     if refusal_reason is not None:
         refused = refused_retry(
             call, classification, refusal_reason, now, partial_result, tools=runtime.tools

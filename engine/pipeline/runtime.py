@@ -192,7 +192,18 @@ class Runtime:
         call: Call | None = None
         if pipeline.general:  # the hooks are handed the call: it exists from the start
             call = Call(
-                self, tool, manifest, args, ctx, call_id, turn_id, trace, start, as_handler(handler), pipeline
+                self,
+                tool,
+                manifest,
+                args,
+                ctx,
+                call_id,
+                turn_id,
+                trace,
+                start,
+                as_handler(handler),
+                pipeline,
+                clock,
             )
             for strategy in pipeline.call_started:
                 strategy.call_started(call)
@@ -215,6 +226,7 @@ class Runtime:
                     start,
                     as_handler(handler),
                     pipeline,
+                    clock,
                 )
             return await failure.after_rejection(call, rejected, now)
         if permit.half_opened is not None:  # this call found the open period over
@@ -339,6 +351,7 @@ class Runtime:
                     start,
                     as_handler(handler),
                     pipeline,
+                    clock,
                 )
             call.attempt = attempt
             if error is None:  # the deadline cut the attempt off (before the hard cutoff: idle)

@@ -16,8 +16,9 @@ from engine.strategies.bulkhead.options import BulkheadOptions
 
 class BulkheadStrategy(Strategy[BulkheadOptions]):
     """At most ``max_concurrent`` attempts of the tool in flight; ``max_queued`` more may wait
-    for a slot, first come first served, up to ``queue_timeout_ms`` and never past the turn's
-    deadline. Any other attempt is refused unsent as ``bulkhead_full``."""
+    for a slot, first come first served, up to ``queue_timeout_ms`` — a wait the turn's deadline
+    cuts short ends with the turn (timed out). Any other attempt is refused unsent as
+    ``bulkhead_full``."""
 
     section = "bulkhead"
     options_type = BulkheadOptions
@@ -39,12 +40,12 @@ class BulkheadStrategy(Strategy[BulkheadOptions]):
         bulkhead = self.state
         if bulkhead.try_enter():
             return None
+        # The turn's deadline cuts the wait by cancelling it (the call is then the turn's, timed
+        # out): no refusal races it at that instant. With no time left there is no wait at all.
         wait_s = self.options.queue_timeout_ms / 1000.0
         now = call.now
         deadline = call.deadline
-        if deadline is not None:
-            wait_s = min(wait_s, deadline - now)
-        if bulkhead.queue_full or wait_s <= 0:
+        if bulkhead.queue_full or wait_s <= 0 or (deadline is not None and deadline <= now):
             return self._refused(call, bulkhead.refuse_full(), 0.0)
         if call.observed:
             call.announce(
@@ -54,7 +55,7 @@ class BulkheadStrategy(Strategy[BulkheadOptions]):
                     queued=bulkhead.queued + 1,
                 )
             )  # fmt: skip
-        reason = await bulkhead.enter(wait_s)
+        reason = await bulkhead.enter(wait_s, call.clock)
         if reason is None:
             return None
         return self._refused(call, reason, (call.now - now) * 1000.0)

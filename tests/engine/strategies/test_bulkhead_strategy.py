@@ -1,4 +1,4 @@
-"""The bulkhead strategy's hooks with a fake call (the deadline bounds the wait, events only when
+"""The bulkhead strategy's hooks with a fake call (the turn's deadline cuts the wait, events only when
 observed, a reload hands the state over), its options and its events."""
 
 from __future__ import annotations
@@ -57,6 +57,10 @@ class FakeCall:
         return anyio.current_time()
 
     @property
+    def clock(self) -> Callable[[], float]:
+        return anyio.current_time
+
+    @property
     def wall_clock(self) -> Callable[[], float]:
         return lambda: WALL + anyio.current_time()
 
@@ -108,19 +112,21 @@ async def test_admit_refuses_when_full_and_says_so_when_observed() -> None:
 
 
 @on_both_backends
-async def test_the_turns_deadline_bounds_the_wait() -> None:
+async def test_the_turns_deadline_cuts_the_wait_by_cancelling_it_not_by_a_refusal() -> None:
     bulkhead_strategy = strategy(max_concurrent=1, queue_timeout_ms=1000)
     assert await bulkhead_strategy.admit(FakeCall()) is None
     await anyio.sleep(1.0)
     call = FakeCall(deadline=1.25)
-    refusal = await bulkhead_strategy.admit(call)
+    with anyio.move_on_after(0.25) as turn:  # the turn's deadline, as its runner enforces it
+        await bulkhead_strategy.admit(call)
+    assert turn.cancelled_caught
     assert anyio.current_time() == 1.25
-    assert refusal is not None and refusal.kind is ErrorKind.BULKHEAD_FULL
-    assert refusal.reason == "bulkhead queue wait ran out after 0.25 s (1 in flight, 0 queued)"
-    queued, rejected = call.events
+    [queued] = call.events
     assert isinstance(queued, BulkheadQueued) and (queued.in_flight, queued.queued, queued.t) == (1, 1, 1.0)
-    assert isinstance(rejected, BulkheadRejected) and rejected.waited_ms == pytest.approx(250.0)
-    assert rejected.reason == refusal.reason and (rejected.in_flight, rejected.queued) == (1, 0)
+    facts = bulkhead_strategy.facts(anyio.current_time())
+    assert (facts["queued"], facts["rejected_timeout"]) == (0, 0), (
+        "cut by the turn: no refusal, nobody left queued"
+    )
 
 
 @on_both_backends
