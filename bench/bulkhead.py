@@ -155,7 +155,10 @@ LIMITERS = (
     ("engine, bulkhead", run_engine_bulkhead),
     ("engine in a CapacityLimiter", run_engine_capacity_limiter),
 )
-REFERENCE = {"engine, bulkhead": "engine in a CapacityLimiter"}
+REFERENCE = {
+    "engine, bulkhead": "engine in a CapacityLimiter",
+    "engine in a CapacityLimiter": "engine in a CapacityLimiter",
+}
 """Each limiter's figures are compared with the CapacityLimiter's, the engine's with the engine's."""
 
 

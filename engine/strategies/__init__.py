@@ -4,7 +4,7 @@ Every attempt of a call goes through them in this order (:mod:`engine.pipeline` 
 
 1. ``circuit_breaker`` (:mod:`.breaker`) admits the attempt or rejects it at once;
 2. ``bulkhead`` (:mod:`.bulkhead`) lets at most ``max_concurrent`` attempts of the tool run,
-   queueing a bounded few (FIFO) within their turn's deadline;
+   queueing a bounded few (FIFO), their waits cut by their turn's deadline;
 3. ``timeout_ms`` / ``idle_timeout_ms`` (:mod:`.timeout`) cut the attempt off;
 4. the error is classified and the retry policy (:mod:`.retry`) and the error handler decide;
 5. ``retry_budget`` (:mod:`.budget`) may refuse a decided retry once retries outgrow the calls.

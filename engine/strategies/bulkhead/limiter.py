@@ -16,9 +16,11 @@ as fast as an ``anyio.CapacityLimiter``. When the watch stops waiting, the newes
 over (the one likely to wait longest).
 
 On asyncio no waiter keeps time: one ``loop.call_at`` timer, armed for the earliest deadline,
-wakes the waiters whose time ran out (as the timeout supervisor does for attempts). A watch
-handing over wakes a task each time — about once a grant when callers arrive as fast as they
-are served (an engine's calls), which cost a fifth of the throughput measured through the engine.
+wakes the waiters whose time ran out (as the timeout supervisor does for attempts), and a waiter
+awaits a bare future (an anyio Event wraps an asyncio one and finds the backend on every
+creation). A watch handing over wakes a task each time — about once a grant when callers arrive
+as fast as they are served (an engine's calls): through the engine, a fifth of the throughput on
+asyncio. trio keeps the watch: a trio cancel scope per waiter instead measured slower still.
 """
 
 from __future__ import annotations
