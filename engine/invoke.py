@@ -1,7 +1,7 @@
 """How an attempt runs its tool: awaited, in a worker thread, or as a stream (collected, or opened
 on its first chunk); or with an injected fault in its place.
 
-The guarded call (:mod:`engine.guard`) times, counts and decides; this only invokes — and keeps
+The guarded call (:mod:`engine.pipeline.runtime`) times, counts and decides; this only invokes — and keeps
 the list of plain-function attempts running in worker threads (:class:`WorkerThreads`): nothing
 can cancel a thread, so an attempt cut off by its timeout or a stop is abandoned by the engine
 while its thread runs on, and Python waits for every such thread at exit. A process that stops
