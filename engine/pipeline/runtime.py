@@ -191,20 +191,8 @@ class Runtime:
         pipeline = tool.pipeline  # likewise
         call: Call | None = None
         if pipeline.general:  # the hooks are handed the call: it exists from the start
-            call = Call(
-                self,
-                tool,
-                manifest,
-                args,
-                ctx,
-                call_id,
-                turn_id,
-                trace,
-                start,
-                as_handler(handler),
-                pipeline,
-                clock,
-            )
+            call = Call(self, tool, manifest, args, ctx, call_id, turn_id, trace, start,
+                        as_handler(handler), pipeline, clock)  # fmt: skip
             for strategy in pipeline.call_started:
                 strategy.call_started(call)
         # Admission: the tool's breaker, then the admitting strategies.
@@ -214,20 +202,8 @@ class Runtime:
             if not manifest.alternatives and handler is None and self.handler is None:
                 return rejected  # nothing could change the outcome: skip the handler
             if call is None:
-                call = Call(
-                    self,
-                    tool,
-                    manifest,
-                    args,
-                    ctx,
-                    call_id,
-                    turn_id,
-                    trace,
-                    start,
-                    as_handler(handler),
-                    pipeline,
-                    clock,
-                )
+                call = Call(self, tool, manifest, args, ctx, call_id, turn_id, trace, start,
+                            as_handler(handler), pipeline, clock)  # fmt: skip
             return await failure.after_rejection(call, rejected, now)
         if permit.half_opened is not None:  # this call found the open period over
             self.transitioned(permit.half_opened, ctx, call_id)
@@ -339,20 +315,8 @@ class Runtime:
                 return CallResult(tool_id, value, None, attempt)
 
             if call is None:  # built once the call needs a decision
-                call = Call(
-                    self,
-                    tool,
-                    manifest,
-                    args,
-                    ctx,
-                    call_id,
-                    turn_id,
-                    trace,
-                    start,
-                    as_handler(handler),
-                    pipeline,
-                    clock,
-                )
+                call = Call(self, tool, manifest, args, ctx, call_id, turn_id, trace, start,
+                            as_handler(handler), pipeline, clock)  # fmt: skip
             call.attempt = attempt
             if error is None:  # the deadline cut the attempt off (before the hard cutoff: idle)
                 error = failure.timed_out(call, attempt, now, idle_ms if scope.deadline < cutoff else None)
