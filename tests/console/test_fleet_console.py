@@ -186,6 +186,9 @@ class FixedFleet:
     def seeds(self) -> list[Any]:
         return []
 
+    def shared_strategies(self) -> dict[str, Any]:
+        return {}
+
     def now(self) -> float:
         return 0.0
 
