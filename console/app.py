@@ -153,7 +153,7 @@ class ConsoleApp(App[None]):
         # Before any screen: the views and the footer start with every tool (t, r, d included).
         # Subscribe first: an event between the two is folded onto the seed, never lost.
         self._unsubscribe = self.link.subscribe(self.bridge)
-        self.live = ConsoleModel(self.link.seeds())
+        self.live = ConsoleModel(self.link.seeds(), self.link.shared_strategies())
 
     def on_mount(self) -> None:
         self._manifest_changes_seen = self.live.manifest_change_count

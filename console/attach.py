@@ -25,13 +25,14 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from console import render
 from console.app import ConsoleApp
 from console.host import Action
 from console.model import ManifestView, ToolSeed
 from engine.errors import TripwireError
-from engine.events import Event
+from engine.events import Event, RecordingStarted
 from engine.liveness import Heard
 from engine.store import CommandRow, StoreSnapshot, ToolState, TraceStore, TraceStoreError
 from engine.store.command_auth import CommandKeyError, command_key_path, read_key
@@ -161,6 +162,20 @@ class AttachedLink:
         """Every tool of the engine that recorded last, as of the moment the link opened the store
         (tools seen only in earlier runs are history: the traces have them)."""
         return [_seed(tool) for tool in self.snapshot.tools if tool.registered]
+
+    def shared_strategies(self) -> dict[str, Any]:
+        """The engine-wide strategies the engine that recorded last started with (its
+        ``RecordingStarted``); a change since is a ``SharedStrategiesChanged`` the console folds
+        when it is in the history it reads."""
+        started = self.snapshot.run_started_id
+        if not started:
+            return {}
+        try:
+            found = self.store.events_after(started - 1, limit=1)
+        except TraceStoreError:
+            return {}  # the follower reports it
+        event = found[0][1] if found else None
+        return dict(event.shared_strategies) if isinstance(event, RecordingStarted) else {}
 
     def now(self) -> float:
         """Engine time: the newest event's, plus the wall-clock time since it happened."""

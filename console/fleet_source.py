@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from contextlib import AbstractContextManager
+from typing import Any
 
 import anyio
 import redis
@@ -144,6 +145,9 @@ class FleetLink:
 
     def seeds(self) -> list[ToolSeed]:
         return []  # the fleet's tools are in its snapshot, not in the per-engine model
+
+    def shared_strategies(self) -> dict[str, Any]:
+        return {}  # each process has its own: the fleet's snapshot sums them
 
     def now(self) -> float:
         return time.monotonic()  # only the events view's model reads it: each process has its clock

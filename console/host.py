@@ -52,6 +52,11 @@ class EngineLink(Protocol):
 
     def seeds(self) -> list[ToolSeed]: ...
 
+    def shared_strategies(self) -> dict[str, Any]:
+        """``defaults.yaml``'s engine-wide sections in force now, by section, as data (empty: none
+        known); the events say how they change from here."""
+        ...
+
     def now(self) -> float:
         """Engine time now (what events' ``t`` are measured in)."""
         ...
@@ -146,6 +151,9 @@ class EngineHost:
     def seeds(self) -> list[ToolSeed]:
         return self._portal_or_fail().call(partial(_async_seeds, self.engine))
 
+    def shared_strategies(self) -> dict[str, Any]:
+        return self._portal_or_fail().call(partial(_async_shared, self.engine))
+
     def now(self) -> float:
         return time.monotonic() + self._offset
 
@@ -180,6 +188,15 @@ class EngineHost:
 
 async def _async_seeds(engine: Engine) -> list[ToolSeed]:
     return seeds_of(engine)
+
+
+def shared_of(engine: Engine) -> dict[str, Any]:
+    """The engine-wide strategies in force, as ``SharedStrategiesChanged`` carries them."""
+    return {section: options.model_dump(mode="json") for section, options in engine.manifests.shared.items()}
+
+
+async def _async_shared(engine: Engine) -> dict[str, Any]:
+    return shared_of(engine)
 
 
 # --- workloads ------------------------------------------------------------------------------

@@ -21,7 +21,15 @@ history and board row), :mod:`~console.model.timelines` (a tool's calls, attempt
 from console.model.event_log import EVENTS_KEPT, EventRow, event_row
 from console.model.fold import STALE_IN_FLIGHT_S, STATS_PER_FLUSH, Changes, ConsoleModel
 from console.model.manifests import ManifestChange, ManifestView
-from console.model.strategies import Queued, Refusal, SharedBudgetSeen, StrategyFigures, ToolStrategies
+from console.model.strategies import (
+    EngineBudget,
+    EngineBudgetFigures,
+    Queued,
+    Refusal,
+    SharedBudgetSeen,
+    StrategyFigures,
+    ToolStrategies,
+)
 from console.model.timelines import RECENT_CALLS, AttemptSpan, CallTimeline, build_timelines
 from console.model.tools import (
     HISTORY,
@@ -55,6 +63,8 @@ __all__ = [
     "CallTimeline",
     "Changes",
     "ConsoleModel",
+    "EngineBudget",
+    "EngineBudgetFigures",
     "ErrorRow",
     "EventRow",
     "InFlight",

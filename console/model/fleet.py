@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from console.render import span
-from engine.fleet import FleetAck, FleetView, MemberView
+from engine.fleet import FleetAck, FleetBudget, FleetBulkhead, FleetView, MemberView
 
 STATE_ORDER: dict[str, int] = {"FORCED_OPEN": 0, "OPEN": 1, "HALF_OPEN": 2, "DISABLED": 3, "CLOSED": 4}
 """Worst first, as the board sorts; a state this console does not know sorts last."""
@@ -88,6 +88,10 @@ class FleetToolRow:
     """Failed attempts (retries included), summed."""
     failures: int
     """Calls that ended failed, summed."""
+    bulkhead: FleetBulkhead | None = None
+    """Its bulkheads summed over the processes reporting one; None when none does."""
+    budget: FleetBudget | None = None
+    """Its own retry budgets' refusals summed; None when no process reports one."""
 
     @property
     def processes(self) -> int:
@@ -110,7 +114,15 @@ def tool_rows(view: FleetView, text: str = "") -> list[FleetToolRow]:
     processes are not CLOSED, then by name."""
     rows = [
         FleetToolRow(
-            t.tool_id, worst_state(t.states), dict(t.states), t.lease_holder, t.calls, t.errors, t.failures
+            t.tool_id,
+            worst_state(t.states),
+            dict(t.states),
+            t.lease_holder,
+            t.calls,
+            t.errors,
+            t.failures,
+            t.bulkhead,
+            t.budget,
         )
         for t in view.tools.values()
         if text.casefold() in t.tool_id.casefold()
@@ -129,6 +141,52 @@ def states_text(states: Mapping[str, int]) -> str:
         key=lambda item: STATE_ORDER.get(item[0], len(STATE_ORDER)),
     )
     return " · ".join(f"{n} {STATE_SHORT.get(s, s.lower())}" for s, n in ordered) or "no process"
+
+
+def processes_text(count: int) -> str:
+    return f"{count} process{'' if count == 1 else 'es'}"
+
+
+def bulkhead_text(bulkhead: FleetBulkhead) -> str:
+    """``⧉ 3/8 over 2 processes +1q ⊘4``: attempts in flight against the limits summed over the
+    processes (each has a bulkhead of its own), those queued, and those refused since each started."""
+    queued = f" +{bulkhead.queued}q" if bulkhead.queued else ""
+    refused = f" ⊘{bulkhead.rejected}" if bulkhead.rejected else ""
+    return (
+        f"⧉ {bulkhead.in_flight}/{bulkhead.max_concurrent} over {processes_text(bulkhead.processes)}"
+        f"{queued}{refused}"
+    )
+
+
+def strategies_text(row: FleetToolRow) -> str:
+    """A tool's bulkheads and budgets on the board: ``⧉ 3/8 over 2 processes +1q · ↻⊘2`` (empty
+    when no process reports either, an older version's processes included)."""
+    parts = [bulkhead_text(row.bulkhead)] if row.bulkhead is not None else []
+    if row.budget is not None:
+        parts.append(f"↻⊘{row.budget.refused}")
+    return " · ".join(parts)
+
+
+def strategy_head(bulkhead: FleetBulkhead | None, budget: FleetBudget | None) -> str:
+    """A tool's strategies across the fleet, in words, for its drill-down."""
+    parts = []
+    if bulkhead is not None:
+        parts.append(
+            f"bulkhead {bulkhead.in_flight}/{bulkhead.max_concurrent} in flight over"
+            f" {processes_text(bulkhead.processes)} (each its own) · queued"
+            f" {bulkhead.queued}/{bulkhead.max_queued} · refused {bulkhead.rejected}"
+        )
+    if budget is not None:
+        parts.append(f"retry budget refused {budget.refused} over {processes_text(budget.processes)}")
+    return " · ".join(parts)
+
+
+def shared_budget_text(budget: FleetBudget) -> str:
+    """The engine-wide retry budgets, summed over the processes that have one."""
+    return (
+        f"engine-wide retry budget over {processes_text(budget.processes)}: {budget.retries} retries of"
+        f" {budget.allowed} allowed over {budget.calls} calls · refused {budget.refused}"
+    )
 
 
 def short_member(member_id: str | None) -> str:
@@ -254,12 +312,17 @@ __all__ = [
     "ack_rows",
     "ack_summary",
     "age_text",
+    "bulkhead_text",
     "latest_command",
     "member_rows",
+    "processes_text",
+    "shared_budget_text",
     "short_member",
     "state_totals",
     "states_text",
     "status_counts",
+    "strategies_text",
+    "strategy_head",
     "tool_rows",
     "unreachable_text",
     "worst_state",

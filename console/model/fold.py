@@ -4,13 +4,14 @@ manifests and event log the views show, and says what changed."""
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from console.model.event_log import EVENTS_KEPT, EventRow, event_row
 from console.model.manifests import ManifestChange, ManifestView
+from console.model.strategies import EngineBudget
 from console.model.tools import HISTORY, BoardRow, ErrorRow, InFlight, ToolSeed, ToolView, Transition
 from console.model.turns import TURNS_KEPT, CallNode, TurnView, call_nodes
 from engine.events import (
@@ -34,6 +35,7 @@ from engine.events import (
     ManifestRemoved,
     RecordingStarted,
     RetryBudgetSpent,
+    SharedStrategiesChanged,
     StreamEnded,
     ToolRegistered,
     ToolTimedOut,
@@ -72,8 +74,13 @@ class Changes:
 class ConsoleModel:
     """The fold of every engine event the console has seen."""
 
-    def __init__(self, seeds: Iterable[ToolSeed] = ()) -> None:
+    def __init__(self, seeds: Iterable[ToolSeed] = (), shared: Mapping[str, Any] | None = None) -> None:
+        """``shared``: ``defaults.yaml``'s engine-wide sections in force as the console starts (by
+        section, as data, as ``SharedStrategiesChanged`` has them)."""
         self.tools: dict[str, ToolView] = {}
+        self.engine_budget = EngineBudget()
+        """The engine-wide retry budget: its options and its window, every tool's calls in it."""
+        self.engine_budget.configure(shared)
         self.turns: OrderedDict[str, TurnView] = OrderedDict()
         self.manifest_version = 0
         self.manifest_changes: deque[ManifestChange] = deque(maxlen=HISTORY)
@@ -104,6 +111,7 @@ class ConsoleModel:
         view = self.tools.get(tool_id)
         if view is None:
             view = self.tools[tool_id] = ToolView(tool_id)
+            view.strategies.engine_budget = self.engine_budget
         return view
 
     # --- folding ---------------------------------------------------------------------------
@@ -422,6 +430,7 @@ def _recording_started(m: ConsoleModel, e: RecordingStarted, c: Changes) -> None
     leave the board (the traces keep them)."""
     for tool_id in [t for t in m.tools if t not in e.breakers]:
         del m.tools[tool_id]
+    m.engine_budget.configure(e.shared_strategies, restart=True)
     for tool_id, breaker in e.breakers.items():
         view = m._tool(tool_id)
         try:
@@ -446,6 +455,13 @@ def _manifest_loaded(m: ConsoleModel, e: ManifestLoaded, c: Changes) -> None:
     m.manifest_change_count += 1
     m.rejected.pop(e.path, None)
     c.tools.add(e.tool_id)
+    c.manifests = True
+
+
+def _shared_changed(m: ConsoleModel, e: SharedStrategiesChanged, c: Changes) -> None:
+    """``defaults.yaml``'s engine-wide sections changed: every tool's detail shows them."""
+    m.engine_budget.configure(e.strategies)
+    c.tools.update(m.tools)
     c.manifests = True
 
 
@@ -509,6 +525,7 @@ _HANDLERS: dict[type[Event], Callable[[ConsoleModel, Any, Changes], None]] = {
     ManifestRejected: _manifest_rejected,
     ManifestRefused: _manifest_refused,
     ManifestRemoved: _manifest_removed,
+    SharedStrategiesChanged: _shared_changed,
     ToolRegistered: _tool_registered,
     RecordingStarted: _recording_started,
 }

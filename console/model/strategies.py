@@ -12,8 +12,10 @@ Events only, like the rest of the model, so the board reads the same live, attac
   fed what the engine feeds it: a call as it starts (its first event), a retry when a failed
   attempt's decision is ``retry`` (the budget consented then); refusals are the
   ``RetryBudgetSpent`` events;
-- the engine-wide budget (``defaults.yaml``) is in no event but its refusals: the console counts
-  those of each tool and keeps the figures of the last one.
+- the engine-wide budget (``defaults.yaml``): its options come from ``RecordingStarted`` and
+  ``SharedStrategiesChanged`` (or the engine itself, own-engine); its window
+  (:class:`EngineBudget`, one for the model) is fed every tool's calls and retries, as the engine
+  feeds it; each tool also counts its refusals and keeps the figures of the last one.
 """
 
 from __future__ import annotations
@@ -84,6 +86,43 @@ class SharedBudgetSeen:
 
 
 @dataclass(frozen=True, slots=True)
+class EngineBudgetFigures:
+    """The engine-wide retry budget: its options in force and its window (every tool's calls)."""
+
+    options: RetryBudgetOptions
+    window: RetryBudgetFacts
+
+
+class EngineBudget:
+    """The engine-wide retry budget as the console folds it: one for the model, every tool's
+    :class:`ToolStrategies` feeding it (see the module docstring)."""
+
+    __slots__ = ("options", "window")
+
+    def __init__(self) -> None:
+        self.options: RetryBudgetOptions | None = None
+        self.window: RetryBudgetWindow | None = None
+
+    def configure(self, strategies: Mapping[str, Any] | None, *, restart: bool = False) -> None:
+        """``defaults.yaml``'s engine-wide sections in force (by section, as data): a changed
+        budget keeps its window, as the engine's does; ``restart``: a new engine, a new window."""
+        options = _options(strategies, "retry_budget", RetryBudgetOptions)
+        if options is None or restart:
+            self.window = None
+        if options is not None:
+            if self.window is None:
+                self.window = RetryBudgetWindow(options)
+            elif options != self.options:
+                self.window.reconfigure(options)
+        self.options = options
+
+    def figures(self, now: float) -> EngineBudgetFigures | None:
+        if self.options is None or self.window is None:
+            return None
+        return EngineBudgetFigures(self.options, self.window.snapshot(now))
+
+
+@dataclass(frozen=True, slots=True)
 class StrategyFigures:
     """A tool's strategies at one moment, for its board row and its detail."""
 
@@ -98,10 +137,14 @@ class StrategyFigures:
     budget_refused: int
     """Retries a budget (its own or the engine-wide one) refused in the board's window."""
     last_refusal: Refusal | None
+    engine_budget: EngineBudgetFigures | None = None
+    """The engine-wide budget in force, whatever this tool's refusals (None: none, or not known)."""
 
     @property
     def budgeted(self) -> bool:
-        return self.retry_budget is not None or self.shared_budget is not None
+        return (
+            self.retry_budget is not None or self.shared_budget is not None or self.engine_budget is not None
+        )
 
 
 class RollingCount:
@@ -157,6 +200,7 @@ class ToolStrategies:
         "budget_refused",
         "bulkhead",
         "bulkhead_refused",
+        "engine_budget",
         "last_refusal",
         "queued",
         "refused",
@@ -182,6 +226,8 @@ class ToolStrategies:
         """The last refusal by the engine-wide budget."""
         self.budget_refused = RollingCount(window_s)
         self.last_refusal: Refusal | None = None
+        self.engine_budget: EngineBudget | None = None
+        """The model's engine-wide budget, fed this tool's calls and retries."""
 
     @property
     def active(self) -> bool:
@@ -223,6 +269,9 @@ class ToolStrategies:
     def _call_started(self, t: float) -> None:
         if self.budget is not None:
             self.budget.call_started(t)
+        engine_budget = self.engine_budget
+        if engine_budget is not None and engine_budget.window is not None:
+            engine_budget.window.call_started(t)
 
     def attempt_queued(self, e: BulkheadQueued) -> None:
         if e.attempt == 1:  # a call's first event: the engine counted it as it began
@@ -256,15 +305,22 @@ class ToolStrategies:
             self._call_started(e.t)
 
     def retry_decided(self, t: float) -> None:
-        """A failed attempt's decision is to retry: the budget consented, and spent one."""
+        """A failed attempt's decision is to retry: the budgets consented, and spent one each."""
         if self.budget is not None:
             self.budget.try_spend(t)
+        engine_budget = self.engine_budget
+        if engine_budget is not None and engine_budget.window is not None:
+            engine_budget.window.try_spend(t)
 
     def budget_spent(self, e: RetryBudgetSpent) -> None:
         if e.shared:
             self.shared_refused += 1
             self.shared = e
-            self.retry_decided(e.t)  # the tool's own budget, asked first, had consented
+            if self.budget is not None:  # the tool's own budget, asked first, had consented
+                self.budget.try_spend(e.t)
+            engine_budget = self.engine_budget
+            if engine_budget is not None and engine_budget.window is not None:
+                engine_budget.window.refused += 1  # the engine's refused: so does ours, whatever it counts
             by = "engine-wide retry budget"
         else:
             self.refused += 1
@@ -313,7 +369,8 @@ class ToolStrategies:
         if self.shared is not None:
             e = self.shared
             shared = SharedBudgetSeen(self.shared_refused, e.retries, e.calls, e.window_s, e.t)
+        engine_budget = self.engine_budget.figures(now) if self.engine_budget is not None else None
         return StrategyFigures(
             bulkhead, self.bulkhead_refused.total(now), budget, shared, self.budget_refused.total(now),
-            self.last_refusal,
+            self.last_refusal, engine_budget,
         )  # fmt: skip

@@ -31,10 +31,13 @@ from console.model.fleet import (
     age_text,
     latest_command,
     member_rows,
+    shared_budget_text,
     short_member,
     state_totals,
     states_text,
     status_counts,
+    strategies_text,
+    strategy_head,
     tool_rows,
     unreachable_text,
 )
@@ -132,10 +135,14 @@ class MemberTable(ItemTable):
 
 def _tool_row(row: FleetToolRow) -> Row:
     failed = render.percent(row.failure_percent)
+    processes = Text(states_text(row.states))
+    strategies = strategies_text(row)
+    if strategies:  # after the states: what an operator reads first stays first
+        processes.append(f" · {strategies}", style="yellow" if row.bulkhead and row.bulkhead.queued else "")
     return row.tool_id, (
         row.tool_id, state_cell(row.worst), render.count(row.calls),
         Text(failed, style="red" if (row.failure_percent or 0) >= 10 else ""), short_member(row.lease_holder),
-        Text(states_text(row.states)),
+        processes,
     )  # fmt: skip
 
 
@@ -207,9 +214,10 @@ class FleetScreen(FilteredScreen):
         else:
             counts = status_counts(view)
             n = len(view.members)
+            shared = f" · {shared_budget_text(view.shared_budget)}" if view.shared_budget else ""
             summary.update(
                 f"{n} process{'' if n == 1 else 'es'}: {counts['live']} live · {counts['stale']} stale ·"
-                f" {counts['gone']} gone · worst first · enter: its processes"
+                f" {counts['gone']} gone · worst first · enter: its processes{shared}"
             )
             table.fill([_tool_row(r) for r in tool_rows(view, self.filter_text)])
         record = latest_command(snapshot)
@@ -278,9 +286,10 @@ class FleetToolScreen(ConsoleScreen):
             head.update(f"{self.tool_id} — no process reports it now")
         else:
             probe = f"probe: {short_member(tool.lease_holder)}" if tool.lease_holder else "no probe lease"
+            strategies = strategy_head(tool.bulkhead, tool.budget)
             head.update(
                 f"{self.tool_id} — {states_text(tool.states)} · {probe} · calls {render.count(tool.calls)}"
-                f" · errors {render.count(tool.errors)} · esc back"
+                f" · errors {render.count(tool.errors)}{' · ' if strategies else ''}{strategies} · esc back"
             )
         members = member_rows(view, self.tool_id) if view is not None else []
         self.query_one("#fleet-members", ItemTable).fill([_member_row(m) for m in members])
@@ -317,6 +326,12 @@ class FleetToolScreen(ConsoleScreen):
             ("events dropped", m.events_dropped),
         ]  # fmt: skip
         fields += [(f"breaker {tool}", state) for tool, state in sorted(m.breakers.items())]
+        fields += [
+            (f"strategies {tool}", " · ".join(f"{k} {v}" for k, v in figures.items()))
+            for tool, figures in sorted(m.strategies.items())
+        ]
+        if m.shared_budget is not None:
+            fields.append(("engine-wide budget", " · ".join(f"{k} {v}" for k, v in m.shared_budget.items())))
         self.app.push_screen(TextModal(f"process {short_member(m.id)}", field_text(fields)))
 
 

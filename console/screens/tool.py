@@ -182,6 +182,15 @@ def strategy_lines(figures: StrategyFigures, now: float) -> list[str]:
                              f" {budget.retries} retries of {budget.allowed} allowed"),
             ("", f"refused {budget.refused} retries"),
         ]  # fmt: skip
+    if figures.engine_budget is not None:
+        options, window = figures.engine_budget.options, figures.engine_budget.window
+        lines += [
+            ("engine budget", f"in its {window.window_s:g} s window: {window.calls} calls ·"
+                              f" {window.retries} retries of {window.allowed} allowed"),
+            ("", f"options: {options.budget_percent:g} % of calls, at least"
+                 f" {options.min_retries_per_s:g} retries/s"),
+            ("", f"shared by every tool: refused {window.refused} retries in all"),
+        ]  # fmt: skip
     if shared is not None:
         ago = render.span(int(max(now - shared.t, 0.0)))
         lines += [
@@ -276,7 +285,7 @@ class ToolScreen(ConsoleScreen):
         self.query_one("#headline", Static).update(self._headline(row, now))
         self.query_one("#in-flight-title", Static).update(in_flight_title(row.strategies))
         self.query_one("#in-flight", Static).update(Content("\n").join(attempt_lines(view, now)))
-        self._strategies(row, now)
+        self._strategies(view, row, now)
         if not full and view.version == self._shown_version:
             if view.in_flight or view.strategies.queued:  # running and queued calls grow along the axis
                 self.query_one(RetryTimeline).show(self._calls(view), now)
@@ -294,13 +303,17 @@ class ToolScreen(ConsoleScreen):
             built = self._timelines = (view, view.version, view.timelines())
         return built[2]
 
-    def _strategies(self, row: BoardRow, now: float) -> None:
-        """The Strategies part, shown only for a tool with a bulkhead or a retry budget."""
-        shown = row.strategies is not None
+    def _strategies(self, view: ToolView, row: BoardRow, now: float) -> None:
+        """The Strategies part, shown only for a tool with a bulkhead or a retry budget (the
+        engine-wide one included: every tool's calls count in it)."""
+        figures = row.strategies
+        if figures is None and view.strategies.engine_budget is not None:
+            engine_wide = view.strategies.figures(now, len(view.in_flight))
+            figures = engine_wide if engine_wide.engine_budget is not None else None
         for part in self.query(".strategies"):
-            part.display = shown
-        if row.strategies is not None:
-            self.query_one("#strategies", Static).update("\n".join(strategy_lines(row.strategies, now)))
+            part.display = figures is not None
+        if figures is not None:
+            self.query_one("#strategies", Static).update("\n".join(strategy_lines(figures, now)))
 
     def _headline(self, row: BoardRow, now: float) -> Content:
         threshold = f"/{row.failure_threshold}" if row.failure_threshold else ""

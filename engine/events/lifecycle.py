@@ -4,7 +4,7 @@ breaker as it stood, an operator's standing overrides forgotten. Import them fro
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from engine.event import Event, when
@@ -40,6 +40,9 @@ class RecordingStarted(Event):
     keeps_overrides: bool = False
     """Whether this engine keeps operators' standing overrides in the store (serve and the console
     do; scenario runs do not)."""
+    shared_strategies: dict[str, Any] = field(default_factory=dict)
+    """The engine-wide strategies of defaults.yaml in force, by section, as data (as
+    ``SharedStrategiesChanged.strategies``); empty: none, or a store written before they were kept."""
 
     def describe(self) -> str:
         keeps = "; operators' overrides are kept" if self.keeps_overrides else ""

@@ -47,6 +47,8 @@ from engine.fleet.config import (
 from engine.fleet.fleet import FLEET_ACTOR, FLEET_REASON, Fleet
 from engine.fleet.keys import FleetKeys
 from engine.fleet.view import (
+    FleetBudget,
+    FleetBulkhead,
     FleetView,
     MemberView,
     StreamBatch,
@@ -65,6 +67,8 @@ __all__ = [
     "Fleet",
     "FleetAck",
     "FleetAction",
+    "FleetBudget",
+    "FleetBulkhead",
     "FleetClient",
     "FleetConfig",
     "FleetConfigError",

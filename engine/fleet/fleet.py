@@ -55,7 +55,7 @@ from engine.fleet.commands import load_fleet_key, stored_generation
 from engine.fleet.config import FleetConfig, as_config
 from engine.fleet.health import RedisHealth
 from engine.fleet.keys import FleetKeys
-from engine.fleet.member import breaker_summary, heartbeat, this_process
+from engine.fleet.member import breaker_summary, heartbeat, strategy_summary, this_process
 from engine.fleet.outbox import event_entries
 from engine.fleet.overrides import STANDING_ACTIONS, standing_fields
 from engine.fleet.scripts import GENERATION_FIELD, PROBE_RESULT, RELEASE_LEASE, RENEW_LEASE, REPORT_OPEN, SYNC
@@ -242,9 +242,12 @@ class Fleet:
         plan: list[tuple[Command, Handler | None]] = [(c, None) for c in [*self._pending, *answers]]
         plan += [(c, None) for c in self._event_entries(batch)]
         if now >= self._next_beat:
+            stats = self.engine.stats()
+            strategies, shared_budget = strategy_summary(self.engine, stats)
             beat = heartbeat(
-                self.keys, self.config, self.member, breaker_summary(self.engine),
-                redis_available=True, events_dropped=self.events_dropped,
+                self.keys, self.config, self.member, breaker_summary(self.engine, stats),
+                redis_available=True, events_dropped=self.events_dropped, strategies=strategies,
+                shared_budget=shared_budget,
             )  # fmt: skip
             plan.append((beat, None))
         plan += self._lease_attempts(now)

@@ -24,6 +24,7 @@ from engine.fleet.scripts import HEARTBEAT
 
 if TYPE_CHECKING:
     from engine.engine import Engine
+    from engine.metrics import ToolStats
 
 FORGET_AFTER = 10
 """A member gone this many times ``gone_s`` leaves the index too."""
@@ -56,9 +57,9 @@ def this_process(version: str | None = None) -> MemberIdentity:
     )
 
 
-def breaker_summary(engine: Engine) -> dict[str, dict[str, Any]]:
+def breaker_summary(engine: Engine, stats: dict[str, ToolStats] | None = None) -> dict[str, dict[str, Any]]:
     """Per tool: its breaker state and lifetime counts (what the fleet's readers sum)."""
-    stats = engine.stats()
+    stats = engine.stats() if stats is None else stats
     summary = {}
     for tool_id in list(engine.tool_ids):
         life = stats[tool_id].life if tool_id in stats else None
@@ -72,6 +73,45 @@ def breaker_summary(engine: Engine) -> dict[str, dict[str, Any]]:
     return summary
 
 
+def strategy_summary(
+    engine: Engine, stats: dict[str, ToolStats] | None = None
+) -> tuple[dict[str, dict[str, int]], dict[str, int] | None]:
+    """Per tool with a bulkhead or a retry budget of its own: a few counts (:data:`BULKHEAD_KEYS`,
+    :data:`BUDGET_KEYS`); and the engine-wide retry budget's (:data:`SHARED_KEYS`), None without
+    one. Flat integers only, tools with neither left out: a record stays small whatever the fleet."""
+    stats = engine.stats() if stats is None else stats
+    tools: dict[str, dict[str, int]] = {}
+    shared: dict[str, int] | None = None
+    for tool_id, tool_stats in stats.items():
+        facts = tool_stats.strategies
+        figures: dict[str, int] = {}
+        bulkhead = facts.get("bulkhead")
+        if bulkhead:
+            figures.update(
+                in_flight=int(bulkhead["in_flight"]), max_concurrent=int(bulkhead["max_concurrent"]),
+                queued=int(bulkhead["queued"]), max_queued=int(bulkhead["max_queued"]),
+                rejected=int(bulkhead["rejected_full"]) + int(bulkhead["rejected_timeout"]),
+            )  # fmt: skip
+        budget = facts.get("retry_budget")
+        if budget:
+            figures["budget_refused"] = int(budget["refused"])
+        if figures:
+            tools[tool_id] = figures
+        engine_wide = facts.get("shared.retry_budget")
+        if engine_wide and shared is None:  # the same window in every tool's facts
+            shared = {key: int(engine_wide[key]) for key in SHARED_KEYS}
+    return tools, shared
+
+
+BULKHEAD_KEYS = ("in_flight", "max_concurrent", "queued", "max_queued", "rejected")
+"""A tool's bulkhead in a member's record: its figures now; ``rejected``, full or timed out, since
+the process started."""
+BUDGET_KEYS = ("budget_refused",)
+"""A tool's own retry budget in a member's record: retries it refused since the process started."""
+SHARED_KEYS = ("calls", "retries", "allowed", "refused")
+"""The engine-wide retry budget in a member's record: its window now, and its refusals."""
+
+
 def heartbeat(
     keys: FleetKeys,
     config: FleetConfig,
@@ -80,12 +120,18 @@ def heartbeat(
     *,
     redis_available: bool,
     events_dropped: int,
+    strategies: dict[str, dict[str, int]] | None = None,
+    shared_budget: dict[str, int] | None = None,
 ) -> Command:
-    """The one script call that says ``member`` is alive, with its breakers."""
+    """The one script call that says ``member`` is alive, with its breakers and its strategies'
+    figures (:func:`strategy_summary`; a record without them is an older member's)."""
+    compact = (",", ":")
     fields = {
         "id": member.id, "host": member.host, "pid": member.pid, "version": member.version,
-        "started": repr(member.started), "breakers": json.dumps(breakers, separators=(",", ":")),
+        "started": repr(member.started), "breakers": json.dumps(breakers, separators=compact),
         "redis_available": int(redis_available), "events_dropped": events_dropped,
+        "strategies": json.dumps(strategies or {}, separators=compact),
+        "shared_budget": json.dumps(shared_budget, separators=compact),
     }  # fmt: skip
     flat = [str(item) for pair in fields.items() for item in pair]
     ttl_ms = int(config.gone_s * 1000)
@@ -95,4 +141,14 @@ def heartbeat(
     )  # fmt: skip
 
 
-__all__ = ["MemberIdentity", "breaker_summary", "heartbeat", "this_process", "tripwire_version"]
+__all__ = [
+    "BUDGET_KEYS",
+    "BULKHEAD_KEYS",
+    "SHARED_KEYS",
+    "MemberIdentity",
+    "breaker_summary",
+    "heartbeat",
+    "strategy_summary",
+    "this_process",
+    "tripwire_version",
+]

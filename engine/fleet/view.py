@@ -39,6 +39,38 @@ class MemberView:
     """Tool → its breaker state in this process."""
     redis_available: bool = True
     events_dropped: int = 0
+    strategies: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Tool → its bulkhead's and own retry budget's figures in this process
+    (:func:`~engine.fleet.member.strategy_summary`); empty from an older member."""
+    shared_budget: dict[str, int] | None = None
+    """The engine-wide retry budget's figures in this process; None without one (or an older member)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FleetBulkhead:
+    """A tool's bulkheads summed over the processes that report one: each process has its own,
+    so ``max_concurrent`` is the sum of their limits, not one limit the fleet shares."""
+
+    in_flight: int
+    max_concurrent: int
+    queued: int
+    max_queued: int
+    rejected: int
+    """Attempts refused (full, or the wait ran out) since each process started."""
+    processes: int
+
+
+@dataclass(frozen=True, slots=True)
+class FleetBudget:
+    """Retry budgets summed over the processes that report one (each process has its own window)."""
+
+    refused: int
+    """Retries refused since each process started."""
+    processes: int
+    calls: int = 0
+    """The engine-wide budget's windows: calls, retries spent and allowed (a tool's own: 0)."""
+    retries: int = 0
+    allowed: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +88,10 @@ class ToolView:
     failures: int = 0
     """Calls that ended failed, summed."""
     rejections: int = 0
+    bulkhead: FleetBulkhead | None = None
+    """None when no process reports a bulkhead for the tool (none has one, or all are older)."""
+    budget: FleetBudget | None = None
+    """The tool's own retry budgets; None when no process reports one."""
 
     @property
     def processes(self) -> int:
@@ -70,6 +106,8 @@ class FleetView:
     now: float
     members: tuple[MemberView, ...]
     tools: dict[str, ToolView]
+    shared_budget: FleetBudget | None = None
+    """The engine-wide retry budgets; None when no process reports one."""
 
     def member(self, member_id: str) -> MemberView:
         return next(m for m in self.members if m.id == member_id)
@@ -89,6 +127,7 @@ def fold_fleet(
     ``records`` (member → its hash; missing or empty: expired) and ``leases`` (tool → holder)."""
     members = []
     tools: dict[str, dict[str, Any]] = {}
+    engine_wide: dict[str, int] = {}
     for member_id in sorted(beats, key=lambda m: (-beats[m], m)):
         record = records.get(member_id) or {}
         beat_ms = float(record.get("beat") or beats[member_id])
@@ -97,6 +136,12 @@ def fold_fleet(
         judged = judge(age_s, stale_after_s=stale_s, gone_after_s=gone_s) if record else "gone"
         status: MemberStatus = "live" if judged == "live" else "stale" if judged == "stale" else "gone"
         breakers = _breakers(record.get("breakers"))
+        strategies = {
+            tool: {k: _int(v) for k, v in data.items()}
+            for tool, data in _breakers(record.get("strategies")).items()
+        }
+        shared = _json(record.get("shared_budget"))
+        shared_budget = {k: _int(v) for k, v in shared.items()} if isinstance(shared, dict) else None
         members.append(
             MemberView(
                 id=member_id, status=status, host=record.get("host", ""), pid=_int(record.get("pid")),
@@ -105,6 +150,7 @@ def fold_fleet(
                 breakers={tool: str(data.get("state", "")) for tool, data in breakers.items()},
                 redis_available=record.get("redis_available", "1") == "1",
                 events_dropped=_int(record.get("events_dropped")),
+                strategies=strategies, shared_budget=shared_budget,
             )
         )  # fmt: skip
         if status == "gone":
@@ -115,25 +161,59 @@ def fold_fleet(
             sums["states"][state] = sums["states"].get(state, 0) + 1
             for name in ("calls", "errors", "failures", "rejections"):
                 sums[name] += _int(data.get(name))
+        for tool, figures in strategies.items():
+            sums = tools.setdefault(tool, _no_sums())
+            if "max_concurrent" in figures:
+                _add(
+                    sums["bulkhead"],
+                    figures,
+                    ("in_flight", "max_concurrent", "queued", "max_queued", "rejected"),
+                )
+            if "budget_refused" in figures:
+                _add(sums["budget"], {"refused": figures["budget_refused"]}, ("refused",))
+        if shared_budget is not None:
+            _add(engine_wide, shared_budget, ("refused", "calls", "retries", "allowed"))
     for tool in leases:
         tools.setdefault(tool, _no_sums())
     views = {
         tool: ToolView(tool, dict(sorted(sums["states"].items())), leases.get(tool) or None,
-                       sums["calls"], sums["errors"], sums["failures"], sums["rejections"])
+                       sums["calls"], sums["errors"], sums["failures"], sums["rejections"],
+                       FleetBulkhead(**sums["bulkhead"]) if sums["bulkhead"] else None,
+                       FleetBudget(**sums["budget"]) if sums["budget"] else None)
         for tool, sums in sorted(tools.items())
     }  # fmt: skip
-    return FleetView(namespace, now_ms / 1000.0, tuple(members), views)
+    shared_view = FleetBudget(**engine_wide) if engine_wide else None
+    return FleetView(namespace, now_ms / 1000.0, tuple(members), views, shared_view)
 
 
 def _no_sums() -> dict[str, Any]:
-    return {"states": {}, "calls": 0, "errors": 0, "failures": 0, "rejections": 0}
+    return {
+        "states": {},
+        "calls": 0,
+        "errors": 0,
+        "failures": 0,
+        "rejections": 0,
+        "bulkhead": {},
+        "budget": {},
+    }
+
+
+def _add(sums: dict[str, int], figures: dict[str, int], names: tuple[str, ...]) -> None:
+    """One more process's figures into ``sums`` (empty until the first: absent is not zero)."""
+    for name in names:
+        sums[name] = sums.get(name, 0) + figures.get(name, 0)
+    sums["processes"] = sums.get("processes", 0) + 1
+
+
+def _json(raw: str | None) -> Any:
+    try:
+        return json.loads(raw) if raw else None
+    except ValueError:  # a record nobody of ours wrote: no opinion
+        return None
 
 
 def _breakers(raw: str | None) -> dict[str, dict[str, Any]]:
-    try:
-        data = json.loads(raw) if raw else {}
-    except ValueError:  # a record nobody of ours wrote: no opinion
-        return {}
+    data = _json(raw)
     if not isinstance(data, dict):
         return {}
     return {str(k): v for k, v in data.items() if isinstance(v, dict)}
@@ -237,6 +317,8 @@ async def tail_events(
 
 
 __all__ = [
+    "FleetBudget",
+    "FleetBulkhead",
     "FleetView",
     "MemberStatus",
     "MemberView",

@@ -56,9 +56,12 @@ def _recording_started(engine: Engine, keeps_overrides: bool) -> RecordingStarte
             "state": b.state.value, "consecutive_failures": b.consecutive_failures,
             "half_open_at": b.half_open_at if b.state is BreakerState.OPEN else None,
         }  # fmt: skip
+    shared = {
+        section: options.model_dump(mode="json") for section, options in engine.manifests.shared.items()
+    }
     return RecordingStarted(
         at=engine.wall_clock(), t=now, host=me.host, pid=me.pid, breakers=breakers,
-        keeps_overrides=keeps_overrides,
+        keeps_overrides=keeps_overrides, shared_strategies=shared,
     )  # fmt: skip
 
 

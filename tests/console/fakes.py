@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from console.host import Action
 from console.model import ManifestView, ToolSeed
@@ -38,6 +39,8 @@ class FakeLink:
     sink: Callable[[Event], None] | None = None
     actions: list[tuple[str, str, str, str]] = field(default_factory=list)
     closed: bool = False
+    shared: dict[str, Any] = field(default_factory=dict)
+    """The engine-wide strategies in force as the console starts."""
 
     def subscribe(self, sink: Callable[[Event], None]) -> Callable[[], None]:
         self.sink = sink
@@ -48,6 +51,9 @@ class FakeLink:
 
     def seeds(self) -> list[ToolSeed]:
         return list(self.tools)
+
+    def shared_strategies(self) -> dict[str, Any]:
+        return dict(self.shared)
 
     def now(self) -> float:
         return self.clock

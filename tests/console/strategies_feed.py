@@ -25,7 +25,7 @@ from typing import Any
 import anyio
 import trio.testing
 
-from console.host import seeds_of
+from console.host import seeds_of, shared_of
 from console.model import ToolSeed
 from engine import Engine
 from engine.clock import VirtualWallClock
@@ -99,6 +99,8 @@ class Scene:
     """``engine.stats()`` at ``CUT``."""
     now: float
     """Engine time at ``CUT``."""
+    shared: dict[str, Any]
+    """The engine-wide strategies in force (``defaults.yaml``), as the console's link gives them."""
 
 
 @functools.cache
@@ -108,12 +110,14 @@ def scene() -> Scene:
     taken: dict[str, ToolStats] = {}
     seen: list[int] = []  # events up to the cut
     moments: list[float] = []
+    shared: dict[str, Any] = {}
 
     async def play() -> list[ToolSeed]:
         with tempfile.TemporaryDirectory() as directory:
             engine = strategies_engine(Path(directory))
             engine.subscribe(events.append, direct=True)
             seeds = seeds_of(engine)
+            shared.update(shared_of(engine))
             start = anyio.current_time()
             moments.append(start + CUT)
 
@@ -139,4 +143,4 @@ def scene() -> Scene:
         seeds = thread.submit(
             partial(anyio.run, play, backend="trio", backend_options={"clock": clock})
         ).result()
-    return Scene(tuple(seeds), tuple(events[: seen[0]]), taken, moments[0])
+    return Scene(tuple(seeds), tuple(events[: seen[0]]), taken, moments[0], shared)

@@ -17,12 +17,12 @@ from console.app import ConsoleApp
 from console.attach import AttachedLink
 from console.model import ConsoleModel
 from console.widgets.breaker_table import COLUMNS, STRATEGY_COLUMNS, BreakerTable, fit_columns
-from engine.events import Event
+from engine.events import Event, RecordingStarted
 from engine.store import TraceStore
 from tests.console.fakes import FakeLink
 from tests.console.strategies_feed import scene
 from tests.console.test_board import card, readme_figures, text_of
-from tests.polling import wait_for
+from tests.polling import until, wait_for
 
 SIZES = {"80x24": (80, 24), "160x50": (160, 50)}
 
@@ -207,3 +207,85 @@ def test_an_attached_console_folds_the_same_figures_from_the_store(tmp_path: Pat
             assert asdict(figures.retry_budget) == {  # type: ignore[arg-type]
                 k: v for k, v in engine["retry_budget"].items() if k != "shared"
             }
+
+
+# --- the engine-wide retry budget: its options and window, own-engine and attached -------------
+
+
+def engine_budget_line() -> str:
+    engine = scene().stats["quotes"].strategies["shared.retry_budget"]
+    return (
+        f"engine budget in its 10 s window: {engine['calls']} calls · {engine['retries']} retries of"
+        f" {engine['allowed']} allowed"
+    )
+
+
+def attached_store(tmp_path: Path, *, history_from_start: bool) -> Path:
+    """The scene recorded by another process's engine, which says at its start which engine-wide
+    strategies were in force (``RecordingStarted``)."""
+    played = scene()
+    first = played.events[0]
+    started = RecordingStarted(
+        at=first.at, t=first.t, host="host", pid=1, shared_strategies=played.shared,
+        breakers={s.tool_id: {"state": "CLOSED", "consecutive_failures": 0} for s in played.seeds},
+    )  # fmt: skip
+    db = tmp_path / "traces.db"
+    with TraceStore(db) as store:
+        for seed in played.seeds:
+            assert seed.manifest is not None
+            store.ensure_manifest(seed.manifest.digest, seed.tool_id, seed.manifest.content, at=0.0)
+        store.write([started, *played.events] if history_from_start else [started])
+    return db
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("size", SIZES)
+async def test_the_detail_shows_the_engine_wide_budget_with_its_options_and_window(size: str) -> None:
+    played = scene()
+    app = ConsoleApp(FakeLink(played.seeds, clock=played.now, shared=played.shared), actor="t", live=False)
+    async with app.run_test(size=SIZES[size]) as pilot:
+        app = await on_scene(pilot)
+        for tool_id in ("quotes", "weather"):  # every tool's calls count in it: every detail shows it
+            lines = await detail(pilot, app, tool_id)
+            assert shown(lines, engine_budget_line()), (tool_id, lines)
+            assert shown(lines, "options: 0 % of calls, at least 0.2 retries/s")
+            assert shown(lines, "shared by every tool: refused 2 retries in all")
+            app.pop_screen()
+        lines = await detail(pilot, app, "weather")
+        assert not shown(lines, "bulkhead") and not shown(lines, "retry budget  ")
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("size", SIZES)
+async def test_an_attached_detail_shows_the_engine_wide_budget_from_the_store(
+    size: str, tmp_path: Path
+) -> None:
+    played = scene()
+    link = AttachedLink(attached_store(tmp_path, history_from_start=True), poll_s=0.01)
+    app = ConsoleApp(link, actor="t", live=False)
+    async with app.run_test(size=SIZES[size]) as pilot:
+
+        def folded() -> bool:
+            app.flush()
+            return app.live.seen == len(played.events) + 1
+
+        await until(pilot, folded)
+        app.open_tool("quotes")
+        await pilot.pause()
+        lines = screen_text(app)
+        # The store's events are old (its engine's clock): their window has passed since.
+        assert shown(lines, "engine budget in its 10 s window: 0 calls · 0 retries of 2 allowed"), lines
+        assert shown(lines, "options: 0 % of calls, at least 0.2 retries/s")
+        assert shown(lines, "shared by every tool: refused 2 retries in all")
+
+
+def test_an_attached_link_seeds_the_engine_wide_strategies_its_engine_started_with(tmp_path: Path) -> None:
+    """The engine's start is older than the history the console reads: the link still says them."""
+    link = AttachedLink(attached_store(tmp_path, history_from_start=False), poll_s=0.01, history=0)
+    try:
+        assert link.shared_strategies() == scene().shared and "retry_budget" in scene().shared
+        model = ConsoleModel(link.seeds(), link.shared_strategies())
+    finally:
+        link.close()
+    figures = model.engine_budget.figures(0.0)
+    assert figures is not None and figures.options.min_retries_per_s == 0.2

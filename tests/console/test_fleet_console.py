@@ -36,6 +36,8 @@ from console.model.fleet import (
     member_rows,
     short_member,
     states_text,
+    strategies_text,
+    strategy_head,
     tool_rows,
     unreachable_text,
     worst_state,
@@ -101,6 +103,30 @@ def test_tools_come_worst_first_with_the_processes_per_state_and_the_probe() -> 
     assert worst_state({}) == "UNKNOWN" and states_text({}) == "no process"
 
 
+def test_a_tools_bulkheads_show_summed_over_the_processes_that_have_one() -> None:
+    now_ms = 100_000.0
+    figures = {"in_flight": 2, "max_concurrent": 4, "queued": 1, "max_queued": 5, "rejected": 3}
+    records = {
+        "a:1:x": {**record("a", 1, now_ms, search="CLOSED"), "strategies": json.dumps({"search": figures})},
+        "b:2:y": {
+            **record("b", 2, now_ms, search="CLOSED"),
+            "strategies": json.dumps(
+                {"search": {**figures, "in_flight": 1, "queued": 0, "budget_refused": 2}}
+            ),
+        },
+        "c:3:z": record("c", 3, now_ms, search="CLOSED"),  # an older version: nothing to add
+    }
+    view = fold_fleet("prod", now_ms, dict.fromkeys(records, now_ms), records, {}, stale_s=5, gone_s=30)
+    (row,) = tool_rows(view)
+    assert strategies_text(row) == "⧉ 3/8 over 2 processes +1q ⊘6 · ↻⊘2"
+    assert strategy_head(row.bulkhead, row.budget) == (
+        "bulkhead 3/8 in flight over 2 processes (each its own) · queued 1/10 · refused 6"
+        " · retry budget refused 2 over 1 process"
+    )
+    (plain,) = tool_rows(sample_view(), "lookup")
+    assert strategies_text(plain) == "" and plain.bulkhead is None
+
+
 def test_processes_list_the_stale_first_and_each_ones_breaker_for_the_tool() -> None:
     rows = member_rows(sample_view(), "search")
     assert [(r.host, r.status, r.state) for r in rows] == [
@@ -159,6 +185,9 @@ class FixedFleet:
 
     def seeds(self) -> list[Any]:
         return []
+
+    def shared_strategies(self) -> dict[str, Any]:
+        return {}
 
     def now(self) -> float:
         return 0.0

@@ -3,7 +3,7 @@ retry budget's window and refusals, folded from events alone, and agreeing with 
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -13,11 +13,12 @@ import pytest
 from console.host import seeds_of
 from console.model import ConsoleModel, ManifestView, StrategyFigures, ToolSeed
 from engine import Engine
-from engine.events import Event
+from engine.events import Event, RecordingStarted, SharedStrategiesChanged, event_from_dict
 from engine.kinds import ErrorKind
+from engine.store.starting import starting_events
 from engine.turn import ToolCall, Turn
 from tests.console import factory as f
-from tests.console.strategies_feed import strategies_engine, traffic
+from tests.console.strategies_feed import scene, strategies_engine, traffic
 
 FULL = ErrorKind.BULKHEAD_FULL
 BULKHEAD = {"max_concurrent": 2, "max_queued": 1, "queue_timeout_ms": 1000.0}
@@ -288,3 +289,58 @@ async def test_the_folded_figures_are_the_engines_at_every_moment(tmp_path: Path
     assert both is not None and both.last_refusal is not None
     assert both.retry_budget is not None and both.retry_budget.calls == 3
     assert any(e.event_type == "BulkheadRejected" and e.attempt == 2 for e in model.events)  # type: ignore[attr-defined]
+
+
+# --- the engine-wide retry budget ------------------------------------------------------------
+
+SHARED_BUDGET = {"retry_budget": {"budget_percent": 0.0, "min_retries_per_s": 0.2, "window_s": 10.0}}
+
+
+def test_the_engine_wide_window_is_fed_every_tools_calls_as_the_engine_feeds_it() -> None:
+    played = scene()
+    model = ConsoleModel(played.seeds, played.shared)
+    model.apply(list(played.events))
+    engine = dict(played.stats["quotes"].strategies["shared.retry_budget"])
+    assert engine.pop("shared") is True and engine["calls"] == 10  # every tool's calls, not quotes' alone
+    for tool_id in ("quotes", "weather", "search"):
+        figures = model.tools[tool_id].strategies.figures(played.now, 0).engine_budget
+        assert figures is not None and asdict(figures.window) == engine, tool_id
+        assert figures.options.min_retries_per_s == 0.2
+    assert ConsoleModel(played.seeds).engine_budget.figures(played.now) is None  # not known: none shown
+
+
+def test_shared_strategies_changed_and_recording_started_set_the_engine_wide_budget() -> None:
+    model = ConsoleModel([ToolSeed("a")])
+    changed = SharedStrategiesChanged(
+        at=f.WALL + 2, t=2.0, path="defaults.yaml", strategies=SHARED_BUDGET, previous={}
+    )
+    changes = model.apply([changed])
+    assert "a" in changes.tools
+    model.apply([f.budget_spent("a", "c2", 3.0, shared=True)])
+    figures = model.engine_budget.figures(3.0)
+    assert figures is not None and figures.window.refused == 1 and figures.window.allowed == 2
+    wider = {"retry_budget": {**SHARED_BUDGET["retry_budget"], "min_retries_per_s": 0.5}}
+    model.apply([SharedStrategiesChanged(at=f.WALL + 4, t=4.0, path="defaults.yaml", strategies=wider,
+                                         previous=SHARED_BUDGET)])  # fmt: skip
+    figures = model.engine_budget.figures(4.0)
+    assert figures is not None and figures.window.refused == 1, "a reload keeps the window"
+    assert figures.window.allowed == 5
+    restarted = replace(f.recording_started(5.0, ("a",)), shared_strategies=SHARED_BUDGET)
+    model.apply([restarted])
+    figures = model.engine_budget.figures(5.0)
+    assert figures is not None and figures.window.refused == 0, "a new engine: a new window"
+    model.apply([SharedStrategiesChanged(at=f.WALL + 6, t=6.0, path="defaults.yaml", strategies={},
+                                         previous=SHARED_BUDGET)])  # fmt: skip
+    assert model.engine_budget.figures(6.0) is None
+    model.apply([f.recording_started(7.0, ("a",))])  # an older store's: none said, none shown
+    assert model.engine_budget.figures(7.0) is None
+
+
+def test_a_recording_engine_says_at_its_start_which_engine_wide_strategies_are_in_force(
+    tmp_path: Path,
+) -> None:
+    (started, *_) = starting_events(strategies_engine(tmp_path), keeps_overrides=False)
+    assert isinstance(started, RecordingStarted)
+    assert started.shared_strategies == SHARED_BUDGET
+    decoded = event_from_dict({k: v for k, v in started.to_dict().items() if k != "shared_strategies"})
+    assert isinstance(decoded, RecordingStarted) and decoded.shared_strategies == {}  # an older store's

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from urllib.parse import quote
@@ -9,7 +10,16 @@ from urllib.parse import quote
 import pytest
 
 from engine.errors import one_line
-from engine.fleet import FleetConfig, FleetConfigError, FleetKeys, Secret, fold_fleet, parse_fleet_url
+from engine.fleet import (
+    FleetBudget,
+    FleetBulkhead,
+    FleetConfig,
+    FleetConfigError,
+    FleetKeys,
+    Secret,
+    fold_fleet,
+    parse_fleet_url,
+)
 from engine.fleet import config as config_module
 from engine.fleet.config import with_settings
 
@@ -105,11 +115,50 @@ def test_the_view_folds_live_stale_and_gone_processes() -> None:
     assert view.member("stale").age_s == 8.0
 
 
+def test_strategies_sum_over_the_processes_reporting_them_an_older_member_adding_nothing() -> None:
+    now = 100_000.0
+    breakers = '{"search": {"state": "CLOSED", "calls": 4}, "lookup": {"state": "CLOSED"}}'
+    bulkhead = {"in_flight": 2, "max_concurrent": 4, "queued": 1, "max_queued": 5, "rejected": 3}
+    records = {
+        "new": {
+            "beat": str(now), "breakers": breakers,
+            "strategies": json.dumps({"search": {**bulkhead, "budget_refused": 2}}),
+            "shared_budget": json.dumps({"calls": 10, "retries": 1, "allowed": 2, "refused": 4}),
+        },
+        "newer": {
+            "beat": str(now), "breakers": breakers, "strategies": json.dumps({"search": bulkhead}),
+            "shared_budget": "null",
+        },
+        "old": {"beat": str(now), "breakers": breakers},  # an older version: no strategy figures at all
+    }  # fmt: skip
+    beats = dict.fromkeys(records, now)
+    view = fold_fleet("prod", now, beats, records, {}, stale_s=5.0, gone_s=30.0)
+    search = view.tools["search"]
+    assert search.processes == 3 and search.calls == 12
+    assert search.bulkhead == FleetBulkhead(4, 8, 2, 10, 6, processes=2)
+    assert search.budget == FleetBudget(refused=2, processes=1)
+    assert view.tools["lookup"].bulkhead is None and view.tools["lookup"].budget is None
+    assert view.shared_budget == FleetBudget(refused=4, processes=1, calls=10, retries=1, allowed=2)
+    assert view.member("old").strategies == {} and view.member("old").shared_budget is None
+    assert view.member("newer").shared_budget is None
+
+    only_old = fold_fleet("prod", now, {"old": now}, {"old": records["old"]}, {}, stale_s=5.0, gone_s=30.0)
+    assert only_old.tools["search"].bulkhead is None and only_old.tools["search"].budget is None
+    assert only_old.shared_budget is None  # absent, not zero
+
+
 def test_a_record_nobody_of_ours_wrote_is_no_opinion() -> None:
     view = fold_fleet(
-        "p", 1000.0, {"x": 900.0}, {"x": {"breakers": "not json", "pid": "?"}}, {}, stale_s=5, gone_s=30
+        "p",
+        1000.0,
+        {"x": 900.0},
+        {"x": {"breakers": "not json", "pid": "?", "strategies": "[1]", "shared_budget": "{"}},
+        {},
+        stale_s=5,
+        gone_s=30,
     )
     assert view.member("x").breakers == {} and view.member("x").pid == 0 and view.tools == {}
+    assert view.member("x").strategies == {} and view.shared_budget is None
 
 
 def test_the_password_comes_from_an_owner_only_file_or_the_environment_never_shown(
