@@ -20,7 +20,8 @@ wakes the waiters whose time ran out (as the timeout supervisor does for attempt
 awaits a bare future (an anyio Event wraps an asyncio one and finds the backend on every
 creation). A watch handing over wakes a task each time — about once a grant when callers arrive
 as fast as they are served (an engine's calls): through the engine, a fifth of the throughput on
-asyncio. trio keeps the watch: a trio cancel scope per waiter instead measured slower still.
+asyncio. trio keeps the watch, with trio's own Event and cancel scope (anyio's wrap them and find
+the backend on each): a trio cancel scope per waiter instead measured slower still.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 
@@ -56,9 +58,9 @@ class _Waiter:
     def __init__(self, deadline: float, loop: asyncio.AbstractEventLoop | None) -> None:
         self.deadline = deadline
         # asyncio: a bare future, awaited directly (an anyio Event wraps an asyncio one, found
-        # through the backend on every creation); trio: an anyio Event.
+        # through the backend on every creation).
         self.future = loop.create_future() if loop is not None else None
-        self.event = anyio.Event() if loop is None else None
+        self.event: Any = None  # trio: a trio Event, made as it starts waiting
         self.state = _WAITING
 
     def wake(self) -> None:
@@ -106,7 +108,7 @@ class Bulkhead:
         self._gone = 0  # entries of _queue no longer waiting
         self._deadlines: list[tuple[float, int, _Waiter]] = []  # a heap: the watch's agenda
         self._watch: _Waiter | None = None
-        self._watch_scope: anyio.CancelScope | None = None
+        self._watch_scope: Any = None  # trio's CancelScope
         self._timer: asyncio.TimerHandle | None = None  # asyncio: wakes the queue at its earliest deadline
         self._timer_loop: asyncio.AbstractEventLoop | None = None
         self._timer_at = math.inf
@@ -148,7 +150,7 @@ class Bulkhead:
         waiter = self._join(started + timeout_s, loop)
         try:
             if loop is None:
-                await self._wait(waiter, clock)
+                await self._wait_on_trio(waiter, clock)
             else:
                 self._arm(loop, waiter.deadline)
                 assert waiter.future is not None  # made with the loop
@@ -220,13 +222,17 @@ class Bulkhead:
             self._watch_scope.deadline = deadline  # a turn's deadline can come before the others'
         return waiter
 
-    async def _wait(self, waiter: _Waiter, clock: Callable[[], float]) -> None:
-        """Until ``waiter`` is handed a slot or its time runs out, keeping time while the watch."""
+    async def _wait_on_trio(self, waiter: _Waiter, clock: Callable[[], float]) -> None:
+        """Until ``waiter`` is handed a slot or its time runs out, keeping time while the watch
+        (trio's own Event and cancel scope: anyio's wrap them and find the backend on each)."""
+        import trio  # only when running on it: ``import engine`` stays light
+
+        waiter.event = trio.Event()
         while True:
             event = waiter.event
             assert event is not None  # a waiter off asyncio has one
             if self._watch is waiter:
-                with anyio.CancelScope(deadline=self._earliest_deadline()) as scope:
+                with trio.CancelScope(deadline=self._earliest_deadline()) as scope:
                     self._watch_scope = scope
                     await event.wait()
                 if self._watch_scope is scope:
@@ -238,7 +244,7 @@ class Bulkhead:
             if waiter.state != _WAITING:
                 return
             if event.is_set():  # woken to become the watch
-                waiter.event = anyio.Event()
+                waiter.event = trio.Event()
 
     def _arm(self, loop: asyncio.AbstractEventLoop, deadline: float) -> None:
         """asyncio: the timer wakes the queue at ``deadline`` unless it is armed earlier already."""
