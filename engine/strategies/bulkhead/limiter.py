@@ -10,7 +10,7 @@ on otherwise.
 
 One waiter keeps time for the whole queue (the *watch*): it waits under a cancel scope set to
 the earliest deadline of all waiters and, when that passes, wakes those whose time ran out. The
-others wait on their event alone. A cancel scope costs more than the rest of a wait together
+others just wait to be woken. A cancel scope costs more than the rest of a wait together
 (about 10 µs), so with 10,000 waiters one scope instead of 10,000 is what keeps the bulkhead
 as fast as an ``anyio.CapacityLimiter``. When the watch stops waiting, the newest waiter takes
 over (the one likely to wait longest).
@@ -20,8 +20,9 @@ wakes the waiters whose time ran out (as the timeout supervisor does for attempt
 awaits a bare future (an anyio Event wraps an asyncio one and finds the backend on every
 creation). A watch handing over wakes a task each time — about once a grant when callers arrive
 as fast as they are served (an engine's calls): through the engine, a fifth of the throughput on
-asyncio. trio keeps the watch, with trio's own Event and cancel scope (anyio's wrap them and find
-the backend on each): a trio cancel scope per waiter instead measured slower still.
+asyncio. trio keeps the watch, with the waiting task parked and rescheduled by trio itself (what a
+trio Event does, without its parking lot; anyio's Event wraps that and finds the backend on each)
+and trio's own cancel scope for the watch: a trio cancel scope per waiter measured slower.
 """
 
 from __future__ import annotations
@@ -53,23 +54,30 @@ class _Waiter:
     """One attempt in the queue; its event is set when it is handed a slot, when its time runs
     out, or when it is made the watch."""
 
-    __slots__ = ("deadline", "event", "future", "state")
+    __slots__ = ("deadline", "future", "reschedule", "state", "task", "woken")
 
     def __init__(self, deadline: float, loop: asyncio.AbstractEventLoop | None) -> None:
         self.deadline = deadline
         # asyncio: a bare future, awaited directly (an anyio Event wraps an asyncio one, found
-        # through the backend on every creation).
+        # through the backend on every creation). trio: the task itself, parked and rescheduled
+        # (what a trio Event does, without its parking lot).
         self.future = loop.create_future() if loop is not None else None
-        self.event: Any = None  # trio: a trio Event, made as it starts waiting
+        self.task: Any = None
+        """trio: the waiting task while it is parked."""
+        self.reschedule: Any = None
+        self.woken = False
         self.state = _WAITING
 
     def wake(self) -> None:
         future = self.future
-        if future is None:
-            assert self.event is not None
-            self.event.set()
-        elif not future.done():
-            future.set_result(None)
+        if future is not None:
+            if not future.done():
+                future.set_result(None)
+        elif not self.woken:
+            self.woken = True
+            task, self.task = self.task, None
+            if task is not None:
+                self.reschedule(task)
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,27 +232,30 @@ class Bulkhead:
 
     async def _wait_on_trio(self, waiter: _Waiter, clock: Callable[[], float]) -> None:
         """Until ``waiter`` is handed a slot or its time runs out, keeping time while the watch
-        (trio's own Event and cancel scope: anyio's wrap them and find the backend on each)."""
+        (the task parked by trio itself, under trio's own cancel scope: anyio's wrap them)."""
         import trio  # only when running on it: ``import engine`` stays light
 
-        waiter.event = trio.Event()
-        while True:
-            event = waiter.event
-            assert event is not None  # a waiter off asyncio has one
+        lowlevel = trio.lowlevel
+        task = lowlevel.current_task()
+        waiter.reschedule = lowlevel.reschedule
+
+        def abort(_: Any) -> Any:  # cancelled while parked: nobody may reschedule it now
+            waiter.task = None
+            return lowlevel.Abort.SUCCEEDED
+
+        while waiter.state == _WAITING:
+            waiter.woken, waiter.task = False, task
             if self._watch is waiter:
                 with trio.CancelScope(deadline=self._earliest_deadline()) as scope:
                     self._watch_scope = scope
-                    await event.wait()
+                    await lowlevel.wait_task_rescheduled(abort)
                 if self._watch_scope is scope:
                     self._watch_scope = None
-                if waiter.state == _WAITING and not event.is_set():
+                if waiter.state == _WAITING and not waiter.woken:
                     self._expire(clock())  # the scope's deadline passed
             else:
-                await event.wait()
-            if waiter.state != _WAITING:
-                return
-            if event.is_set():  # woken to become the watch
-                waiter.event = trio.Event()
+                await lowlevel.wait_task_rescheduled(abort)
+            waiter.task = None  # woken: to become the watch, or with a slot or its time run out
 
     def _arm(self, loop: asyncio.AbstractEventLoop, deadline: float) -> None:
         """asyncio: the timer wakes the queue at ``deadline`` unless it is armed earlier already."""
