@@ -29,6 +29,25 @@ async def tool() -> int:
     return 1
 
 
+def composed_call() -> Callable[[], Awaitable[object]]:
+    """The stack a user would compose around ``tool``: tenacity + aiobreaker + ``anyio.fail_after``."""
+    breaker = aiobreaker.CircuitBreaker(fail_max=5, timeout_duration=datetime.timedelta(seconds=30))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        wait = tenacity.wait_exponential_jitter(initial=0.1, max=0.8)
+
+    async def composed() -> object:
+        async for attempt in tenacity.AsyncRetrying(
+            stop=tenacity.stop_after_attempt(5), wait=wait, reraise=True
+        ):
+            with attempt:
+                with anyio.fail_after(30):
+                    return await breaker.call_async(tool)
+        raise AssertionError("unreachable")
+
+    return composed
+
+
 async def measure(fn: Callable[[], Awaitable[object]], calls: int, repeat: int) -> float:
     best = float("inf")
     for _ in range(repeat):
@@ -49,19 +68,7 @@ async def run(calls: int, repeat: int) -> dict[str, float]:
         with anyio.fail_after(30):
             return await tool()
 
-    breaker = aiobreaker.CircuitBreaker(fail_max=5, timeout_duration=datetime.timedelta(seconds=30))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        wait = tenacity.wait_exponential_jitter(initial=0.1, max=0.8)
-
-    async def composed() -> object:
-        async for attempt in tenacity.AsyncRetrying(
-            stop=tenacity.stop_after_attempt(5), wait=wait, reraise=True
-        ):
-            with attempt:
-                with anyio.fail_after(30):
-                    return await breaker.call_async(tool)
-        raise AssertionError("unreachable")
+    composed = composed_call()
 
     engine = Engine([ToolManifest(id="tool"), ToolManifest(id="down", circuit_breaker=BreakerConfig())],
                     rng=random.Random(1))  # fmt: skip

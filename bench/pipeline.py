@@ -20,20 +20,17 @@ is the cost of one call. ``--against PATH`` runs the same cases on the engine ch
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import random
 import subprocess
 import sys
 import tempfile
 import time
-import warnings
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-import aiobreaker
 import anyio
-import tenacity
+from call_overhead import composed_call, tool
 
 from engine import Engine, ToolManifest
 
@@ -44,33 +41,11 @@ GENEROUS = {
 }
 
 
-async def tool() -> int:
-    return 1
-
-
 def engine_for(case: str) -> Engine:
     sections = GENEROUS if case == "strategies" else {}
     engine = Engine([ToolManifest(id="tool", **sections)], rng=random.Random(1))
     engine.register("tool", tool)
     return engine
-
-
-def composed_call() -> Callable[[], Awaitable[object]]:
-    breaker = aiobreaker.CircuitBreaker(fail_max=5, timeout_duration=datetime.timedelta(seconds=30))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        wait = tenacity.wait_exponential_jitter(initial=0.1, max=0.8)
-
-    async def composed() -> object:
-        async for attempt in tenacity.AsyncRetrying(
-            stop=tenacity.stop_after_attempt(5), wait=wait, reraise=True
-        ):
-            with attempt:
-                with anyio.fail_after(30):
-                    return await breaker.call_async(tool)
-        raise AssertionError("unreachable")
-
-    return composed
 
 
 async def loop(fn: Callable[[], Awaitable[object]], calls: int) -> float:

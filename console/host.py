@@ -32,6 +32,7 @@ from engine.events import Event
 from engine.faults import FaultInjector
 from engine.scenario import Scenario, load_scenario, run_scenario
 from engine.store import TraceRecorder
+from engine.strategies.sections import dump_sections
 
 Workload = Callable[[Engine], Awaitable[None]]
 """What drives the engine: ``async def workload(engine)``, run until it returns or the console quits."""
@@ -192,7 +193,7 @@ async def _async_seeds(engine: Engine) -> list[ToolSeed]:
 
 def shared_of(engine: Engine) -> dict[str, Any]:
     """The engine-wide strategies in force, as ``SharedStrategiesChanged`` carries them."""
-    return {section: options.model_dump(mode="json") for section, options in engine.manifests.shared.items()}
+    return dump_sections(engine.manifests.shared, "json")
 
 
 async def _async_shared(engine: Engine) -> dict[str, Any]:

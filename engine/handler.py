@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from engine.classify import Rule
 from engine.kinds import KIND_INFO, ErrorKind
 from engine.policy import SideEffect
 from engine.strategies.breaker.machine import BreakerState, rejection_reason
@@ -188,8 +189,9 @@ class DefaultErrorHandler:
                 why = rejection_reason(tool_id, breaker_state)
             else:  # raised by the tool itself
                 why = "circuit breaker open: no attempt made"
-        elif kind is ErrorKind.BULKHEAD_FULL:
-            # A rejection by the tool's bulkhead: in its own words, as without a custom handler.
+        elif c.rule is Rule.REFUSAL:
+            # Refused by one of the tool's strategies (a full bulkhead): in its own words, as
+            # without a custom handler.
             why = c.reason
         else:
             why = f"{c.error_class} error ({kind}): retrying will not help"

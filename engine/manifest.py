@@ -60,7 +60,7 @@ from engine.policy import ToolManifest as ToolManifest
 from engine.policy import ToolPolicy as ToolPolicy
 from engine.strategies.base import StrategyOptions
 from engine.strategies.registry import shared_sections
-from engine.strategies.sections import take_sections
+from engine.strategies.sections import dump_sections, take_sections
 
 DEFAULTS_FILE = "defaults.yaml"
 MAX_MANIFEST_BYTES = MAX_CONFIG_BYTES
@@ -412,8 +412,10 @@ class ManifestRegistry:
             return [self._reject(shown, error, self._defaults_digest, at, t)]
         events: list[Event] = []
         if new_shared != self.shared:
-            events.append(SharedStrategiesChanged(at=at, t=t, path=shown, strategies=_dumped(new_shared),
-                                                  previous=_dumped(self.shared)))  # fmt: skip
+            now_in_force, before = dump_sections(new_shared, "json"), dump_sections(self.shared, "json")
+            events.append(
+                SharedStrategiesChanged(at=at, t=t, path=shown, strategies=now_in_force, previous=before)
+            )
         self._defaults, self._defaults_digest, self.shared = new_defaults, digest, new_shared
         self._fallbacks, self._fallback_digests = {}, {}
         self.rejected.pop(shown, None)
@@ -550,10 +552,6 @@ class ManifestRegistry:
         self.rejected.pop(shown, None)
         self.refused[shown] = reason
         return ManifestRefused(at=at, t=t, path=shown, reason=reason, kept_digest=kept)
-
-
-def _dumped(sections: Mapping[str, StrategyOptions]) -> dict[str, Any]:
-    return {section: options.model_dump(mode="json") for section, options in sections.items()}
 
 
 def _digest_of(manifest: ToolManifest) -> str:

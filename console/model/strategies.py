@@ -32,7 +32,7 @@ from engine.events import BulkheadQueued, BulkheadRejected, CallRejected, RetryB
 from engine.kinds import ErrorKind
 from engine.strategies.budget import RetryBudgetFacts, RetryBudgetOptions, RetryBudgetWindow
 from engine.strategies.bulkhead import BulkheadFacts, BulkheadOptions
-from engine.strategies.bulkhead.limiter import WAIT_RECORD_SIZE, WAIT_WINDOW_S
+from engine.strategies.bulkhead.limiter import WAIT_RECORD_SIZE, wait_p95_s
 
 CallKey = tuple[str | None, str]
 """A call by (turn, call), as the tool's in-flight attempts are kept."""
@@ -343,9 +343,8 @@ class ToolStrategies:
     # --- reading -----------------------------------------------------------------------------
 
     def wait_p95_ms(self, now: float) -> float:
-        """The engine's rule: nearest-rank p95 of the last waits that ended within a minute."""
-        recent = sorted(waited for ended, waited in self._waits or () if now - ended <= WAIT_WINDOW_S)
-        return recent[math.ceil(0.95 * len(recent)) - 1] * 1000.0 if recent else 0.0
+        """The engine's rule (:func:`engine.strategies.bulkhead.limiter.wait_p95_s`)."""
+        return wait_p95_s(self._waits or (), now) * 1000.0
 
     def figures(self, now: float, in_flight: int) -> StrategyFigures:
         bulkhead = None

@@ -20,6 +20,9 @@ __all__ = ["Classification", "ClassificationOverride", "Rule"]
 class Rule(StrEnum):
     """Which rule decided; ordered strongest first."""
 
+    REFUSAL = "refusal"
+    """Not classified at all: one of the tool's strategies refused the call before any attempt
+    (a full bulkhead); its reason is the strategy's own words."""
     CANCELLATION = "cancellation"
     TOOL_ERROR = "tool_error"
     SERVER_ADVICE = "server_advice"

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from engine.fleet.client import FleetClient
 from engine.fleet.config import FleetConfig, as_config
 from engine.fleet.keys import FleetKeys
+from engine.fleet.member import BULKHEAD_KEYS, SHARED_KEYS
 from engine.liveness import judge
 
 MemberStatus = Literal["live", "stale", "gone"]
@@ -164,15 +165,11 @@ def fold_fleet(
         for tool, figures in strategies.items():
             sums = tools.setdefault(tool, _no_sums())
             if "max_concurrent" in figures:
-                _add(
-                    sums["bulkhead"],
-                    figures,
-                    ("in_flight", "max_concurrent", "queued", "max_queued", "rejected"),
-                )
+                _add(sums["bulkhead"], figures, BULKHEAD_KEYS)
             if "budget_refused" in figures:
                 _add(sums["budget"], {"refused": figures["budget_refused"]}, ("refused",))
         if shared_budget is not None:
-            _add(engine_wide, shared_budget, ("refused", "calls", "retries", "allowed"))
+            _add(engine_wide, shared_budget, SHARED_KEYS)
     for tool in leases:
         tools.setdefault(tool, _no_sums())
     views = {

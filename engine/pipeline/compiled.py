@@ -61,18 +61,13 @@ def compile_pipeline(
         if options is None and section in registry.EVERY_TOOL:
             options = strategy_type.options_type()
         if options is not None:
-            strategy = strategy_type(tool_id, options)
             old = previous.own(section) if previous is not None else None
-            if old is not None and type(old) is strategy_type:
-                strategy.handover(old)
-            compiled.append(strategy)
+            compiled.append(_taking_over(strategy_type(tool_id, options), old))
         if section in shared:
             compiled.append(shared[section])
     if not compiled:
         return BACKBONE
-    admitting = tuple(
-        s for s in compiled if any(overrides(s, h) for h in ("admit_now", "admit", "attempt_ended"))
-    )
+    admitting = tuple(s for s in compiled if any(overrides(s, h) for h in ADMITTING_HOOKS))
     return Pipeline(
         strategies=tuple(compiled),
         call_started=tuple(s for s in compiled if overrides(s, "call_started")),
@@ -92,9 +87,12 @@ def compile_shared(
         section_options = options.get(section)
         if section_options is None:
             continue
-        strategy = strategy_type(SHARED, section_options)
-        old = previous.get(section)
-        if old is not None and type(old) is strategy_type:
-            strategy.handover(old)
-        shared[section] = strategy
+        shared[section] = _taking_over(strategy_type(SHARED, section_options), previous.get(section))
     return shared
+
+
+def _taking_over(strategy: Strategy[Any], old: Strategy[Any] | None) -> Strategy[Any]:
+    """``strategy``, handed the live state of ``old`` (the one of its section it replaces)."""
+    if old is not None and type(old) is type(strategy):
+        strategy.handover(old)
+    return strategy

@@ -54,21 +54,25 @@ CIRCUIT_OPEN = Classification(
 # --- strategies around an attempt -----------------------------------------------------------
 
 
-async def admit_attempt(call: Call) -> Refusal | None:
+async def admit_attempt(call: Call, permit: Permit) -> Refusal | None:
     """Let attempt ``call.attempt`` through the pipeline's admitting strategies, in order — at once
-    where they can (``admit_now``), else awaiting their ``admit``; on a refusal (or a cancellation
-    while one waits) those that admitted it already let go again."""
+    where they can (``admit_now``), else awaiting their ``admit`` (after :func:`admitted_now` found
+    one that could not). On a refusal, or a cancellation while one waits, those that admitted it
+    already let go again and the breaker's ``permit`` is given back unused (no evidence)."""
     admitted: list[Strategy[Any]] = []
+    breaker = call.tool.breaker
     try:
         for strategy in call.pipeline.admit:
             if not strategy.admit_now(call):
                 refusal = await strategy.admit(call)
                 if refusal is not None:
                     let_go(call, admitted)
+                    breaker.record(permit, AttemptOutcome.ABANDONED, call.clock())
                     return refusal
             admitted.append(strategy)
-    except BaseException:
+    except BaseException:  # cancelled while waiting (the turn's deadline, a stop)
         let_go(call, admitted)
+        breaker.record(permit, AttemptOutcome.ABANDONED, current_time())
         raise
     return None
 
@@ -82,12 +86,6 @@ def admitted_now(call: Call) -> bool:
             let_go(call, admitting[: admitting.index(strategy)])
             return False
     return True
-
-
-def attempt_ended(call: Call) -> None:
-    """Tell the strategies that admitted the attempt it ended, the last admitted first."""
-    for strategy in call.pipeline.ended:
-        strategy.attempt_ended(call)
 
 
 def let_go(call: Call, admitted: Sequence[Strategy[Any]]) -> None:
@@ -198,13 +196,8 @@ async def after_failure(
             runtime.transitioned(retry.half_opened, call.ctx, call.call_id)
         if call.pipeline.admit:
             call.attempt = attempt + 1
-            try:
-                refused_by = None if admitted_now(call) else await admit_attempt(call)
-            except BaseException:
-                breaker.record(retry, AttemptOutcome.ABANDONED, current_time())
-                raise
+            refused_by = None if admitted_now(call) else await admit_attempt(call, retry)
             if refused_by is not None:
-                breaker.record(retry, AttemptOutcome.ABANDONED, call.clock())
                 call.attempt, refusal_reason, now = attempt, refused_by.reason, call.clock()
     if refusal_reason is not None:
         refused = refused_retry(
@@ -334,7 +327,7 @@ def rejection(
         kind, reason, classification = ErrorKind.CIRCUIT_OPEN, breaker.rejection_reason(), CIRCUIT_OPEN
     else:
         kind, reason = refusal.kind, refusal.reason
-        classification = Classification(kind, KIND_INFO[kind].default_class, False, Rule.TOOL_ERROR, reason)
+        classification = Classification(kind, KIND_INFO[kind].default_class, False, Rule.REFUSAL, reason)
     tool.metrics.on_rejected(now)
     at = runtime.wall_clock()
     turn_id = ctx.turn_id if ctx is not None else None

@@ -211,14 +211,9 @@ class Runtime:
         if admitting:
             assert call is not None  # a general pipeline's: built above
             call.attempt = 1
-            try:
-                refusal = None if failure.admitted_now(call) else await failure.admit_attempt(call)
-            except BaseException:  # cancelled while waiting (the turn's deadline, a stop)
-                breaker.record(permit, AttemptOutcome.ABANDONED, current_time())
-                raise
+            refusal = None if failure.admitted_now(call) else await failure.admit_attempt(call, permit)
             if refusal is not None:
                 now = clock()
-                breaker.record(permit, AttemptOutcome.ABANDONED, now)
                 rejected = failure.rejection(self, tool, args, ctx, call_id, trace, now, refusal)
                 if not manifest.alternatives and handler is None and self.handler is None:
                     return rejected

@@ -14,6 +14,7 @@ from engine.clock import time_anywhere
 from engine.events import Event, ManifestLoaded, RecordingStarted
 from engine.store.writers import this_process
 from engine.strategies.breaker.machine import BreakerState
+from engine.strategies.sections import dump_sections
 
 if TYPE_CHECKING:
     from engine.engine import Engine
@@ -56,9 +57,7 @@ def _recording_started(engine: Engine, keeps_overrides: bool) -> RecordingStarte
             "state": b.state.value, "consecutive_failures": b.consecutive_failures,
             "half_open_at": b.half_open_at if b.state is BreakerState.OPEN else None,
         }  # fmt: skip
-    shared = {
-        section: options.model_dump(mode="json") for section, options in engine.manifests.shared.items()
-    }
+    shared = dump_sections(engine.manifests.shared, "json")
     return RecordingStarted(
         at=engine.wall_clock(), t=now, host=me.host, pid=me.pid, breakers=breakers,
         keeps_overrides=keeps_overrides, shared_strategies=shared,

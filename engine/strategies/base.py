@@ -154,13 +154,9 @@ class Strategy(Generic[Options]):
         return {}
 
 
-# The hooks the pipeline compiles into per-tool lists: a strategy is in a list only when it
-# overrides the hook, so a pipeline of strategies that never wait costs no awaits.
-HOOKS = ("call_started", "admit_now", "admit", "attempt_ended", "retry_refusal")
-
-
 def overrides(strategy: Strategy[Any], hook: str) -> bool:
-    """Whether ``strategy`` has its own ``hook`` (not :class:`Strategy`'s no-op)."""
+    """Whether ``strategy`` has its own ``hook`` (not :class:`Strategy`'s no-op): the pipeline
+    compiles a strategy into a hook's list only then, so a hook nobody has costs nothing."""
     return getattr(type(strategy), hook) is not getattr(Strategy, hook)
 
 

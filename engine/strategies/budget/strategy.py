@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 from engine.strategies.base import SHARED, CallView, Strategy
@@ -62,12 +63,4 @@ class RetryBudgetStrategy(Strategy[RetryBudgetOptions]):
         return reason
 
     def facts(self, now: float) -> dict[str, Any]:
-        facts = self.window.snapshot(now)
-        return {
-            "calls": facts.calls,
-            "retries": facts.retries,
-            "allowed": facts.allowed,
-            "refused": facts.refused,
-            "window_s": facts.window_s,
-            "shared": self.shared,
-        }
+        return {**asdict(self.window.snapshot(now)), "shared": self.shared}

@@ -31,7 +31,7 @@ import asyncio
 import heapq
 import math
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,6 +80,13 @@ class _Waiter:
                 self.reschedule(task)
 
 
+def wait_p95_s(waits: Iterable[tuple[float, float]], now: float) -> float:
+    """The nearest-rank 95th percentile of ``waits`` (ended at, waited s) that ended within
+    :data:`WAIT_WINDOW_S` of ``now``; 0 when none did (what the console folds from events too)."""
+    recent = sorted(waited for ended, waited in waits if now - ended <= WAIT_WINDOW_S)
+    return recent[math.ceil(0.95 * len(recent)) - 1] if recent else 0.0
+
+
 @dataclass(frozen=True, slots=True)
 class BulkheadFacts:
     """A bulkhead's state at one moment, as ``engine.stats()`` and error handlers see it."""
@@ -120,8 +127,7 @@ class Bulkhead:
         self._timer: asyncio.TimerHandle | None = None  # asyncio: wakes the queue at its earliest deadline
         self._timer_loop: asyncio.AbstractEventLoop | None = None
         self._timer_at = math.inf
-        self._waits: list[tuple[float, float]] = []  # (ended at, waited s), a ring buffer
-        self._next_wait = 0
+        self._waits: deque[tuple[float, float]] = deque(maxlen=WAIT_RECORD_SIZE)  # (ended at, waited s)
 
     @property
     def queue_full(self) -> bool:
@@ -346,14 +352,7 @@ class Bulkhead:
     # --- the record of waits ------------------------------------------------------------------
 
     def _record_wait(self, ended: float, waited_s: float) -> None:
-        if len(self._waits) < WAIT_RECORD_SIZE:
-            self._waits.append((ended, waited_s))
-        else:
-            self._waits[self._next_wait] = (ended, waited_s)
-            self._next_wait = (self._next_wait + 1) % WAIT_RECORD_SIZE
+        self._waits.append((ended, waited_s))
 
     def _wait_p95_s(self, now: float) -> float:
-        recent = sorted(waited for ended, waited in self._waits if now - ended <= WAIT_WINDOW_S)
-        if not recent:
-            return 0.0
-        return recent[math.ceil(0.95 * len(recent)) - 1]  # nearest rank
+        return wait_p95_s(self._waits, now)
