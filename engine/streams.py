@@ -23,7 +23,7 @@ from anyio import CancelScope, current_time
 from engine.cancellation import is_stray_cancellation, stray_cancellation_error
 from engine.errors import ToolError
 from engine.events import StreamEnded
-from engine.kinds import ErrorKind
+from engine.kinds import ErrorClass, ErrorKind
 
 if TYPE_CHECKING:
     from engine.call import CallContext
@@ -137,12 +137,16 @@ class ToolStream:
             original_error=error,
         )
         # The stream opened fine earlier; its truncation is a failure now, counted as this call's.
+        timed_out = isinstance(error, TimeoutError)
         classification = engine.failed_after_opening(
-            self._served_by, cut, self._ctx, self._call_id, timed_out=isinstance(error, TimeoutError)
+            self._served_by, cut, self._ctx, self._call_id, timed_out=timed_out
         )
         policy = engine.redaction_for(self._served_by)
         problem = policy.text(f"{type(error).__name__}: {error}", policy.secrets_in(self._args))
-        self._end("truncated", error=problem, kind=classification.kind)
+        error_class = classification.error_class
+        self._end(
+            "truncated", error=problem, kind=classification.kind, error_class=error_class, timed_out=timed_out
+        )
         return ToolError(
             classification.kind,
             f"stream cut after {self.chunks} chunk(s): {error}",
@@ -153,7 +157,10 @@ class ToolStream:
             classification=classification,
         )
 
-    def _end(self, outcome: str, *, error: str | None = None, kind: ErrorKind | None = None) -> None:
+    def _end(
+        self, outcome: str, *, error: str | None = None, kind: ErrorKind | None = None,
+        error_class: ErrorClass | None = None, timed_out: bool = False,
+    ) -> None:  # fmt: skip
         self.done = True
         engine = self._engine
         trace = self._ctx.trace if self._ctx is not None else None
@@ -163,6 +170,7 @@ class ToolStream:
                     at=engine.wall_clock(), t=current_time(), tool_id=self._served_by, call_id=self._call_id,
                     turn_id=self._ctx.turn_id if self._ctx is not None else None,
                     outcome=outcome, chunks=self.chunks, error=error, kind=kind,
+                    classification=error_class, timed_out=timed_out,
                 ),
                 trace,
             )  # fmt: skip

@@ -6,9 +6,10 @@ depends on time takes ``now``, in engine time (the events' ``t``). Screens rende
 nothing else, so the same model drives the live board, an attached console and a replay.
 
 Rolling figures are the engine's own: each tool's events feed an
-:class:`engine.metrics.ToolMetrics` through the same hooks the engine calls, so the console's
-counts, error %, percentiles and sparkline are the engine's, for live, attached and replayed
-data alike, in bounded memory whatever the event rate.
+:class:`engine.metrics.ToolMetrics` through :func:`engine.metrics.counted.count_event` — the
+definition the engine's own counting is tested against — so the console's counts, error %,
+percentiles and sparkline are the engine's, for live, attached and replayed data alike, in
+bounded memory whatever the event rate.
 
 One module per concept: :mod:`~console.model.tools` (a tool's breaker, in-flight attempts,
 history and board row), :mod:`~console.model.timelines` (a tool's calls, attempt by attempt),

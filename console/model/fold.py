@@ -46,7 +46,9 @@ from engine.events import (
     TurnStarted,
 )
 from engine.handler import Decision
-from engine.kinds import ErrorClass, ErrorKind
+from engine.kinds import ErrorClass
+from engine.metrics import ToolMetrics
+from engine.metrics.counted import count_event
 from engine.strategies.breaker.machine import BreakerState
 
 STATS_PER_FLUSH = 25
@@ -107,6 +109,9 @@ class ConsoleModel:
             self.manifest_version = max(self.manifest_version, seed.manifest.version)
         view.version += 1
 
+    def _metrics(self, tool_id: str) -> ToolMetrics:
+        return self._tool(tool_id).metrics
+
     def _tool(self, tool_id: str) -> ToolView:
         view = self.tools.get(tool_id)
         if view is None:
@@ -121,11 +126,14 @@ class ConsoleModel:
         batch = events if isinstance(events, list) else list(events)
         if not batch:
             return changes
-        handlers = _HANDLERS
+        handlers, metrics, tools = _HANDLERS, self._metrics, changes.tools
         for event in batch:
             handler = handlers.get(type(event))
             if handler is not None:
                 handler(self, event, changes)
+            counted = count_event(metrics, event)  # as the engine counts it
+            if counted is not None:
+                tools.add(counted)
         self.events.extend(batch)  # the event log's lines are made only when shown
         self.seen += len(batch)
         self.last_t = batch[-1].t
@@ -213,10 +221,6 @@ class ConsoleModel:
 
 def _attempt_started(m: ConsoleModel, e: AttemptStarted, c: Changes) -> None:
     view = m._tool(e.tool_id)
-    if e.attempt == 1:
-        view.metrics.on_call(e.t)
-    else:
-        view.metrics.on_retry(e.t)
     key = (e.turn_id, e.call_id)
     view.in_flight[key] = InFlight(e.call_id, e.turn_id, e.attempt, e.t, e.deadline, e.probe)
     view.strategies.attempt_started(key, e.attempt, e.t)
@@ -233,9 +237,6 @@ def _attempt_failed(m: ConsoleModel, e: AttemptFailed, c: Changes) -> None:
     view = m._tool(e.tool_id)
     view.call_ended(e, e.turn_id, e.call_id)
     transient = e.classification is ErrorClass.TRANSIENT
-    view.metrics.on_attempt_failed(
-        e.t, e.latency_ms / 1000.0, transient=transient, timed_out=e.kind is ErrorKind.TIMEOUT
-    )
     if e.decision == Decision.RETRY:
         view.strategies.retry_decided(e.t)
     if e.consecutive_failures is not None:
@@ -261,10 +262,7 @@ def _timed_out(m: ConsoleModel, e: ToolTimedOut, c: Changes) -> None:
 def _call_succeeded(m: ConsoleModel, e: CallSucceeded, c: Changes) -> None:
     view = m._tool(e.tool_id)
     view.call_ended(e, e.turn_id, e.call_id)
-    if e.partial:  # the attempt's latency was counted with its failure
-        view.metrics.on_partial_success(e.t)
-    else:
-        view.metrics.on_success(e.t, e.attempt_ms / 1000.0, retried=e.attempts > 1)
+    if not e.partial:
         view.consecutive_failures = 0
     c.tools.add(e.tool_id)
     if e.turn_id is not None:
@@ -281,10 +279,6 @@ def _call_failed(m: ConsoleModel, e: CallFailed, c: Changes) -> None:
     tool_id = e.counted_tool  # "(unknown)" for a name no tool has: as the engine counts it
     view = m._tool(tool_id)
     view.call_ended(e, e.turn_id, e.call_id)
-    if e.attempts:
-        view.metrics.on_failure(e.t)
-    else:  # refused before any attempt: no AttemptStarted counted the call
-        view.metrics.on_refused(e.t)
     c.tools.add(tool_id)
     node = _node(m, e.turn_id, e.call_id)
     if node is not None:
@@ -296,8 +290,6 @@ def _call_failed(m: ConsoleModel, e: CallFailed, c: Changes) -> None:
 def _call_rejected(m: ConsoleModel, e: CallRejected, c: Changes) -> None:
     view = m._tool(e.tool_id)
     view.call_ended(e, e.turn_id, e.call_id)
-    view.metrics.on_call(e.t)  # the engine counts a rejected call, as it counts its rejection
-    view.metrics.on_rejected(e.t)
     view.strategies.call_rejected(e)
     c.tools.add(e.tool_id)
     node = _node(m, e.turn_id, e.call_id)
@@ -342,7 +334,6 @@ def _alternative_used(m: ConsoleModel, e: AlternativeUsed, c: Changes) -> None:
 
 def _blocked(status: str) -> Callable[[ConsoleModel, CallSkipped | CallEscalated, Changes], None]:
     def handle(m: ConsoleModel, e: CallSkipped | CallEscalated, c: Changes) -> None:
-        m._tool(e.tool_id).metrics.on_skipped(e.t)
         c.tools.add(e.tool_id)
         node = _node(m, e.turn_id, e.call_id)
         if node is not None:
@@ -413,8 +404,6 @@ def _breaker(m: ConsoleModel, e: BreakerTransitioned, c: Changes) -> None:
         set_at = f"{datetime.fromtimestamp(e.set_at):%H:%M:%S}" if isinstance(e.set_at, float | int) else "?"
         reason = f"restored on restart (set {set_at}){': ' if e.reason else ''}{e.reason}"
     view.history.append(Transition(e.t, e.at, e.from_state, e.to_state, e.actor, reason))
-    if e.to_state is BreakerState.OPEN:
-        view.metrics.on_breaker_opened(e.t)
     c.tools.add(e.tool_id)
 
 

@@ -149,12 +149,17 @@ class CallRejected(ToolEvent):
 
 @dataclass(slots=True, kw_only=True)
 class StreamEnded(ToolEvent):
-    """A streaming call ended: ``completed``, ``abandoned`` by its consumer, or ``truncated``."""
+    """A streaming call ended: ``completed``, ``abandoned`` by its consumer, or ``truncated``.
+
+    A truncation is a failure after the stream opened, counted as a failed attempt of its
+    ``classification`` (``timed_out``: the error was a timeout)."""
 
     outcome: str
     chunks: int
     error: str | None = None
     kind: ErrorKind | None = None
+    classification: ErrorClass | None = None
+    timed_out: bool = False
 
     def describe(self) -> str:
         cause = f": {self.error}" if self.error else ""

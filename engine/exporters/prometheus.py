@@ -17,12 +17,14 @@ tripwire's metrics too; :func:`start_metrics_server` serves a registry on its ow
 * ``tripwire_attempts_total{tool}``, ``tripwire_retries_total{tool}`` (attempts after the first);
 * ``tripwire_errors_total{tool,kind,class}``: failed attempts by error kind and class, and calls
   refused before any attempt — an unknown tool, arguments the LLM executor or an adapter could not
-  pass (``CallFailed`` with no attempt: also counted ``failed`` in ``tripwire_calls_total``); one
+  pass (``CallFailed`` with no attempt: also counted ``failed`` in ``tripwire_calls_total``), and
+  streams cut after they opened (``StreamEnded`` ``truncated``); one
   refused as an unknown tool or under a name no tool has is labelled ``tool="(unknown)"``: a
   model's invented names never become label values;
 * ``tripwire_rejections_total{tool,kind}``: calls refused before any attempt (``CallRejected``),
   by the kind of the refusal: ``circuit_open`` (the breaker) or ``bulkhead_full``;
-  ``tripwire_timeouts_total{tool}`` (attempts cut off by their timeout or idle window, ``ToolTimeout``);
+  ``tripwire_timeouts_total{tool}`` (attempts that timed out — cut off by their timeout or idle
+  window, or a timeout the tool raised — and streams cut by one: ``timeout_count`` in ``engine.stats()``);
 * ``tripwire_breaker_state{tool,state}``: one gauge per state, 1 for the state each registered
   tool's breaker is in when scraped, else 0 (an OPEN breaker whose open period has run out shows
   OPEN until the engine's half-open timer or its next call moves it); ``tripwire_breaker_opens_total{tool}``
@@ -82,9 +84,10 @@ from engine.events import (
     Event,
     FleetRestored,
     FleetUnavailable,
-    ToolTimedOut,
+    StreamEnded,
     TurnFinished,
 )
+from engine.kinds import ErrorKind
 from engine.metrics import UNKNOWN_TOOL_ID
 from engine.strategies.base import SHARED, strategy_facts
 from engine.strategies.breaker.machine import BreakerState
@@ -171,7 +174,7 @@ class _Counts:
         self._handlers: dict[type[Event], Callable[[Any], None]] = {
             AttemptStarted: self._attempt_started, CallSucceeded: self._succeeded,
             AttemptFailed: self._attempt_failed, CallFailed: self._failed, CallRejected: self._rejected,
-            ToolTimedOut: self._timed_out, BreakerOpened: self._opened, TurnFinished: self._turn_finished,
+            StreamEnded: self._stream_ended, BreakerOpened: self._opened, TurnFinished: self._turn_finished,
             CallSkipped: self._skipped, CallEscalated: self._escalated,
             FleetUnavailable: self._fleet_unavailable, FleetRestored: self._fleet_restored,
             BulkheadQueued: self._bulkhead_event, BulkheadRejected: self._bulkhead_event,
@@ -205,7 +208,19 @@ class _Counts:
         errors = self.errors
         key = (tool, event.kind.value, event.classification.value)
         errors[key] = errors.get(key, 0) + 1
+        if event.kind is ErrorKind.TIMEOUT:
+            self._timed_out(tool)
         self._observe(tool, event.latency_ms / 1000.0)
+
+    def _stream_ended(self, event: StreamEnded) -> None:
+        if event.outcome != "truncated" or event.kind is None or event.classification is None:
+            return  # ended well, or a trace from before the event carried its classification
+        tool = event.tool_id
+        errors = self.errors
+        key = (tool, event.kind.value, event.classification.value)
+        errors[key] = errors.get(key, 0) + 1
+        if event.timed_out:
+            self._timed_out(tool)
 
     def _failed(self, event: CallFailed) -> None:
         tool = event.counted_tool
@@ -233,9 +248,9 @@ class _Counts:
         key = (tool, outcome)
         calls[key] = calls.get(key, 0) + 1
 
-    def _timed_out(self, event: ToolTimedOut) -> None:
+    def _timed_out(self, tool: str) -> None:
         timeouts = self.timeouts
-        timeouts[event.tool_id] = timeouts.get(event.tool_id, 0) + 1
+        timeouts[tool] = timeouts.get(tool, 0) + 1
 
     def _opened(self, event: BreakerOpened) -> None:
         opens = self.opens

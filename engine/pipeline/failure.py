@@ -126,14 +126,15 @@ def count_failed_attempt(
     permit: Permit,
     error: BaseException,
     now: float,
-    latency_s: float,
+    latency_s: float | None,
     ctx: CallContext | None,
     call_id: str,
     timed_out: bool | None = None,
 ) -> Classification:
     """A failed attempt's bookkeeping, for calls and streams alike: classify the error under the
     tool's manifest, count it on the breaker (announcing a transition as this call's) and in the
-    metrics. ``timed_out`` (for the metrics): by default, whether the error is classified a timeout."""
+    metrics. ``timed_out`` (for the metrics): by default, whether the error is classified a timeout;
+    ``latency_s`` None: a stream cut after it opened (its attempt's latency counted with its success)."""
     classification = classify(error, tool.manifest, now=runtime.wall_clock)
     transient = classification.transient
     # The tool was invoked: a permanent error is its answer, so the service is up.

@@ -186,7 +186,6 @@ class Runtime:
         else:
             clock, new_scope, supervised = self._unstarted()
         start = now = clock()
-        metrics.on_call(now)
         manifest = tool.manifest  # in force for the whole call, even across reloads
         pipeline = tool.pipeline  # likewise
         call: Call | None = None
@@ -220,6 +219,7 @@ class Runtime:
                 return await failure.after_rejection(call, rejected, now)
             now = clock()
         # Attempts, until one succeeds or the handler decides anything but a retry.
+        metrics.on_call(now)  # as its first AttemptStarted (engine.metrics.counted)
         bus = self.bus
         faults = self.faults
         # Fault plans key on the call's ordinal: a turn's call has it from its launch.
@@ -340,7 +340,7 @@ class Runtime:
         tool = self.tools[tool_id]
         permit = tool.breaker.standing_permit()
         return failure.count_failed_attempt(
-            self, tool, permit, error, self.clock(), 0.0, ctx, call_id, timed_out
+            self, tool, permit, error, self.clock(), None, ctx, call_id, timed_out
         )
 
     def refuse(

@@ -71,7 +71,7 @@ def test_every_hook_moves_its_counter() -> None:
     m.on_skipped(1.7)
     m.on_breaker_opened(1.8)
     expected = {
-        "calls": 7,
+        "calls": 8,  # a rejected call is a call
         "successes": 2,
         "failures": 2,
         "rejections": 1,
@@ -87,7 +87,7 @@ def test_every_hook_moves_its_counter() -> None:
     stats = m.snapshot(1.9)
     for counts in (stats.life, stats.window):
         assert {name: getattr(counts, name) for name in expected} == expected
-    assert stats.rate_per_s == pytest.approx(0.7)
+    assert stats.rate_per_s == pytest.approx(0.8)
 
 
 def test_counters_accumulate_over_many_seconds_in_the_lifetime() -> None:
@@ -317,10 +317,20 @@ def test_sparkline_is_calls_per_second_oldest_first() -> None:
 
 def test_sparkline_counts_calls_only() -> None:
     m = ToolMetrics("t", history_s=3)
-    m.on_rejected(1.0)
+    m.on_retry(1.0)
     m.on_skipped(1.0)
     m.on_failure(1.0)
     assert m.snapshot(1.0).sparkline == (0, 0, 0)
+    m.on_rejected(1.0)  # a call, refused before any attempt
+    assert m.snapshot(1.0).sparkline == (0, 0, 1)
+
+
+def test_a_stream_cut_after_it_opened_is_an_error_without_a_latency() -> None:
+    m = ToolMetrics("t")
+    m.on_attempt_failed(1.0, None, transient=True, timed_out=True)
+    life = m.snapshot(1.0).life
+    assert (life.error_count, life.transient_error_count, life.timeout_count) == (1, 1, 1)
+    assert life.p50_ms is None
 
 
 def test_window_longer_than_history() -> None:
@@ -372,7 +382,7 @@ def test_window_life_and_sparkline_match_a_brute_force_model(
     def model(entries: list[tuple[int, str, bool]]) -> dict[str, int]:
         count = Counter(e for _, e, _ in entries)
         return {
-            "calls": count["call"],
+            "calls": count["call"] + count["rejected"],
             "rejections": count["rejected"],
             "retry_count": count["retry"],
             "error_count": count["failed"],
@@ -391,7 +401,7 @@ def test_window_life_and_sparkline_match_a_brute_force_model(
     in_window = [entry for entry in log if sec - window_s < entry[0] <= sec]
     assert observed(stats.life) == model(log)
     assert observed(stats.window) == model(in_window)
-    per_second = Counter(s for s, e, _ in log if e == "call")
+    per_second = Counter(s for s, e, _ in log if e in ("call", "rejected"))
     assert stats.sparkline == tuple(per_second[s] for s in range(sec - history_s + 1, sec + 1))
     samples = sum(1 for _, e, _ in in_window if e in ("failed", "success"))
     assert (stats.window.p50_ms is None) == (samples == 0)

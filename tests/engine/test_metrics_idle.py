@@ -9,7 +9,7 @@ import tracemalloc
 import pytest
 
 from engine import Engine, ToolManifest
-from engine.metrics import _EMPTY, Counts, MetricsRegistry, ToolMetrics, ToolStats
+from engine.metrics.tally import _EMPTY, Counts, MetricsRegistry, ToolMetrics, ToolStats
 from tests.engine.conftest import new_engine
 
 HOOKS = (

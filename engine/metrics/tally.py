@@ -1,6 +1,7 @@
-"""Per-tool metrics (spec-map metrics.per-tool): counters and latency percentiles, lifetime and rolling.
+"""Per-tool counters and latency percentiles, lifetime and rolling (spec-map metrics.per-tool).
 
-The engine calls the ``on_*`` hooks on its hot path, so each one is a float compare plus a
+Each ``on_*`` hook counts one fact, as :mod:`engine.metrics.counted` says which event carries it.
+The engine calls the hooks on its hot path, so each one is a float compare plus a
 few attribute increments on the current second's tally — no allocation once a latency
 bucket exists, no locks (one event loop), no clock reads, no I/O. The rest happens once
 per second per tool (``_roll`` folds the finished second into the lifetime totals) or in
@@ -58,11 +59,14 @@ one): the names a model makes up never become metric keys."""
 class Counts:
     """Counters and latency percentiles over one span (the engine's life or the window).
 
-    ``error_count`` counts failed attempts (each is transient or permanent; a timeout is
-    also in ``timeout_count``). ``failures`` counts calls that ended failed — those refused
-    before any attempt too (an unknown tool, arguments that cannot be passed) —, ``rejections``
-    calls the breaker or another strategy (a full bulkhead) refused without an attempt,
-    ``skipped`` calls a turn never ran.
+    ``calls`` counts calls that started an attempt or were refused before one (a call abandoned
+    while it waited for a bulkhead's slot, before any attempt, is not counted). ``error_count``
+    counts failed attempts (each is transient or permanent; a timeout is also in
+    ``timeout_count``), and streams cut after they opened. ``failures`` counts calls that ended
+    failed — those refused before any attempt too (an unknown tool, arguments that cannot be
+    passed) —, ``rejections`` calls the breaker or another strategy (a full bulkhead) refused
+    without an attempt, ``skipped`` calls a turn never ran. :mod:`engine.metrics.counted` says
+    which event counts each.
     """
 
     calls: int = 0
@@ -274,16 +278,19 @@ class ToolMetrics:
     # contract, steps back) in the current second. -------------------------------------------
 
     def on_call(self, now: float) -> None:
-        """A call began (counted even if the breaker then rejects it)."""
+        """A call's first attempt is starting (``AttemptStarted`` with attempt 1)."""
         if now >= self._edge:
             self._roll(now)
         self._cur.calls += 1
 
     def on_rejected(self, now: float) -> None:
-        """The breaker short-circuited the call: no attempt, and it is not also a failure."""
+        """A call refused before any attempt by the breaker or another strategy (``CallRejected``):
+        a call, and a rejected one — not also a failure."""
         if now >= self._edge:
             self._roll(now)
-        self._cur.rejections += 1
+        cur = self._cur
+        cur.calls += 1
+        cur.rejections += 1
 
     def on_refused(self, now: float) -> None:
         """A call refused before any attempt (an unknown tool, arguments that cannot be passed):
@@ -300,8 +307,11 @@ class ToolMetrics:
             self._roll(now)
         self._cur.retries += 1
 
-    def on_attempt_failed(self, now: float, latency_s: float, *, transient: bool, timed_out: bool) -> None:
-        """An attempt failed after ``latency_s``; ``transient`` is its classification."""
+    def on_attempt_failed(
+        self, now: float, latency_s: float | None, *, transient: bool, timed_out: bool
+    ) -> None:
+        """An attempt failed after ``latency_s``; ``transient`` is its classification. ``latency_s``
+        None: a stream cut after it opened, whose attempt's latency was counted with its success."""
         if now >= self._edge:
             self._roll(now)
         cur = self._cur
@@ -311,6 +321,8 @@ class ToolMetrics:
             cur.permanent += 1
         if timed_out:
             cur.timeouts += 1
+        if latency_s is None:
+            return
         # latency_bucket(), inlined: a function call would double the cost of this hook.
         if LATENCY_FLOOR_S <= latency_s < LATENCY_CEILING_S:
             bucket = _floor(_log(latency_s) * _SCALE + _OFFSET)
