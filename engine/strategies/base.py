@@ -21,6 +21,10 @@ The pipeline (:mod:`engine.pipeline`) calls only the hooks a strategy overrides,
 - ``facts(now)`` what a custom error handler (``FailureContext.strategies``) and ``engine.stats()``
   are told about the strategy's state.
 
+A section may suit only some tools (hedging re-sends, so only a ``read_only`` tool may have it):
+the class method ``refuse_policy(options, policy)`` says why not, and the manifest is refused with
+that reason at the section's line, as any bad field is.
+
 State that outlives a call (a budget's window, a bulkhead's occupants) is the strategy's
 ``state``: on a hot reload the pipeline is compiled anew and each new strategy is handed the
 previous one of its section (:meth:`Strategy.handover`), so no reload drops in-flight state.
@@ -39,6 +43,7 @@ from pydantic import BaseModel, ConfigDict
 if TYPE_CHECKING:
     from engine.events import Event
     from engine.kinds import ErrorKind
+    from engine.policy import ToolPolicy
 
 
 class StrategyOptions(BaseModel):
@@ -125,6 +130,12 @@ class Strategy(Generic[Options]):
     def __init__(self, tool_id: str, options: Options) -> None:
         self.tool_id = tool_id
         self.options = options
+
+    @classmethod
+    def refuse_policy(cls, options: Any, policy: ToolPolicy) -> str | None:
+        """Why a tool (or ``defaults.yaml``) under ``policy`` may not have this section with
+        ``options`` — one line, as a manifest error says it — or None when it may."""
+        return None
 
     def handover(self, previous: Strategy[Options]) -> None:
         """Take over the live state of the strategy this one replaces on a reload (same section,

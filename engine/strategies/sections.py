@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydantic import ValidationError
-from pydantic_core import InitErrorDetails
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from engine.strategies import registry
 from engine.strategies.base import StrategyOptions
@@ -65,9 +65,29 @@ def validate_with_sections(data: Any, handler: Callable[[Any], Any], title: str)
         validated = handler(rest)
     except ValidationError as exc:
         problems += relocated(exc, ())
+    else:
+        problems += _refused(options, validated, data)
     if problems:
         raise ValidationError.from_exception_data(title, problems)
     return validated
+
+
+def _refused(
+    options: Mapping[str, StrategyOptions], policy: Any, data: Mapping[str, Any]
+) -> list[InitErrorDetails]:
+    """The sections the validated ``policy`` may not have (:meth:`Strategy.refuse_policy`)."""
+    known = registry.sections()
+    problems = []
+    for section, section_options in options.items():
+        reason = known[section].refuse_policy(section_options, policy)
+        if reason is not None:
+            problems.append(
+                InitErrorDetails(
+                    type=PydanticCustomError("section_refused", "{reason}", {"reason": reason}),
+                    loc=(section,), input=data.get(section),
+                )
+            )  # fmt: skip
+    return problems
 
 
 def dump_sections(strategies: Mapping[str, StrategyOptions], mode: str) -> dict[str, Any]:

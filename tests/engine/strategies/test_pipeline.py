@@ -16,6 +16,7 @@ from engine import Engine, ManifestError, ToolManifest
 from engine.handler import FailureContext, HandlerDecision
 from engine.kinds import ErrorKind
 from engine.manifest import load_manifest
+from engine.policy import SideEffect, ToolPolicy
 from engine.strategies import registry
 from engine.strategies.base import CallView, Refusal, Strategy, StrategyOptions
 from engine.strategies.retry.policy import RetryPolicy
@@ -48,6 +49,12 @@ class Gate(Strategy[GateOptions]):
     def __init__(self, tool_id: str, options: GateOptions) -> None:
         super().__init__(tool_id, options)
         self.log = CallLog()
+
+    @classmethod
+    def refuse_policy(cls, options: GateOptions, policy: ToolPolicy) -> str | None:
+        if options.label == "reads" and policy.side_effect is not SideEffect.READ_ONLY:
+            return f"only for read_only tools (side_effect is {policy.side_effect.value})"
+        return None
 
     def handover(self, previous: Strategy[GateOptions]) -> None:
         assert isinstance(previous, Gate)
@@ -180,6 +187,21 @@ def test_a_strategy_section_is_validated_with_the_file_field_and_line(tmp_path: 
     with pytest.raises(ManifestError) as caught:
         load_manifest(path)
     assert str(caught.value) == f"{path}:5: tool.gate.colour: unknown key"
+
+
+@pytest.mark.usefixtures("gate")
+def test_a_section_a_tool_may_not_have_is_refused_at_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "t.yaml"
+    path.write_text("tool:\n  id: t\n  side_effect: side_effecting\n  gate:\n    label: reads\n")
+    with pytest.raises(ManifestError) as caught:
+        load_manifest(path)
+    assert (
+        str(caught.value) == f"{path}:4: tool.gate: only for read_only tools (side_effect is side_effecting)"
+    )
+    path.write_text("tool:\n  id: t\n  side_effect: read_only\n  gate:\n    label: reads\n")
+    assert load_manifest(path).strategies["gate"] == GateOptions(label="reads")
+    with pytest.raises(ValueError, match="only for read_only tools"):
+        ToolManifest.model_validate({"id": "t", "gate": {"label": "reads"}})  # idempotent by default
 
 
 def test_without_the_strategy_installed_its_section_is_an_unknown_key(tmp_path: Path) -> None:
