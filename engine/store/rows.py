@@ -175,3 +175,6 @@ class WriterRow:
     """Refreshed every few seconds while it records: how a writer on another host is known alive."""
     closed_at: float | None
     """When it stopped recording, cleanly or as found gone."""
+    found_gone: bool = False
+    """It did not close the store itself: a later read-write open found its process gone (killed,
+    crashed) and closed it (``closed_at`` is then when that open did)."""

@@ -250,7 +250,13 @@ def _v6(db: Database) -> None:
     db.execute(f"CREATE INDEX events_recording_starts ON events (id) WHERE {RECORDING_STARTS}")
 
 
-MIGRATIONS: list[Migration] = [_v1, _v2, _v3, _v4, _v5, _v6]
+def _v7(db: Database) -> None:
+    """Whether a writer closed the store itself or was found gone (SIGKILLed, crashed) and closed by
+    the next read-write open: readers say "gone", not "stopped", for a crash."""
+    db.execute("ALTER TABLE writers ADD COLUMN found_gone INTEGER NOT NULL DEFAULT 0")
+
+
+MIGRATIONS: list[Migration] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7]
 """Migration ``i`` takes a store from schema version ``i`` to ``i + 1``; never edit a released one."""
 SCHEMA_VERSION = len(MIGRATIONS)
 """The newest schema's version: what opening migrates a store up to."""

@@ -28,6 +28,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from engine.liveness import Heard, judge
 from engine.store.base import StoreCore
@@ -46,7 +47,9 @@ reader shows (:func:`engine_heard`)."""
 STALE_AFTER_S = 600.0
 """A writer on another host whose heartbeat is older than this is taken for gone; a turn with no
 writer recorded (schema 2 and older) that started longer ago than this, too."""
-_WRITER_COLUMNS = "id, host, pid, process_key, process_started_at, opened_at, heartbeat_at, closed_at"
+_WRITER_COLUMNS = (
+    "id, host, pid, process_key, process_started_at, opened_at, heartbeat_at, closed_at, found_gone"
+)
 _CHUNK = 500
 """Turn ids per statement: SQLite allows a limited number of parameters."""
 
@@ -148,6 +151,12 @@ def process_alive(writer: WriterRow) -> bool | None:
     return None
 
 
+def _writer(row: Any) -> WriterRow:
+    """A ``writers`` row selected as ``_WRITER_COLUMNS``."""
+    id_, host, pid, key, started_at, opened_at, heartbeat_at, closed_at, found_gone = row
+    return WriterRow(id_, host, pid, key, started_at, opened_at, heartbeat_at, closed_at, bool(found_gone))
+
+
 def writer_alive(writer: WriterRow, now: float, *, stale_after_s: float = STALE_AFTER_S) -> bool:
     """Could ``writer`` still write the turns it started? See the module docstring."""
     if writer.closed_at is not None:
@@ -168,6 +177,9 @@ def engine_heard(writers: list[WriterRow], now: float, *, ages: Mapping[int, flo
     judged = []
     for w in writers:
         who = f"{w.host} pid {w.pid}"
+        if w.closed_at is not None and w.found_gone:  # killed or crashed: silent since its last heartbeat
+            judged.append(Heard("gone", max(0.0, now - w.heartbeat_at), who))
+            continue
         if w.closed_at is not None:
             judged.append(Heard("stopped", max(0.0, now - w.closed_at), who))
             continue
@@ -186,7 +198,7 @@ passed since: its value says which."""
 
 def _gone_unclosed(conn: sqlite3.Connection, now: float) -> list[WriterRow]:
     rows = conn.execute(f"SELECT {_WRITER_COLUMNS} FROM writers WHERE closed_at IS NULL").fetchall()
-    return [w for w in (WriterRow(*r) for r in rows) if not writer_alive(w, now)]
+    return [w for w in (_writer(r) for r in rows) if not writer_alive(w, now)]
 
 
 def _stopped(writer: WriterRow) -> str:
@@ -286,7 +298,7 @@ class WriterRegistry(StoreCore):
         if not self._has_writers:
             return []
         with self._lock:
-            return [WriterRow(*r) for r in self._query(f"SELECT {_WRITER_COLUMNS} FROM writers ORDER BY id")]
+            return [_writer(r) for r in self._query(f"SELECT {_WRITER_COLUMNS} FROM writers ORDER BY id")]
 
     def _close_writer(self) -> None:
         """A clean close: this writer will write no more (its running turns are reconciled)."""
@@ -317,7 +329,7 @@ class WriterRegistry(StoreCore):
             ids = sorted(w for w in running if w is not None)
             marks = ", ".join("?" * len(ids))
             rows = self._query(f"SELECT {_WRITER_COLUMNS} FROM writers WHERE id IN ({marks})", ids)
-            gone = [WriterRow(*r) for r in rows]
+            gone = [_writer(r) for r in rows]
             gone = [w for w in gone if not writer_alive(w, now, stale_after_s=stale_after_s)]
             unknown = (
                 None in running
@@ -338,8 +350,8 @@ class WriterRegistry(StoreCore):
                             "writer = ?", (w.id,), f"interrupted: {w.host} pid {w.pid}, which was recording"
                             " it, stopped before it finished", now,
                         )  # fmt: skip
-                        conn.execute("UPDATE writers SET closed_at = ? WHERE id = ? AND closed_at IS NULL",
-                                     (now, w.id))  # fmt: skip
+                        conn.execute("UPDATE writers SET closed_at = ?, found_gone = 1 WHERE id = ?"
+                                     " AND closed_at IS NULL", (now, w.id))  # fmt: skip
                         # Closed now, but not by itself: the next open checks the store's integrity.
                         conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?)",
                                      (UNCHECKED, _stopped(w)))  # fmt: skip
@@ -375,7 +387,9 @@ class WriterRegistry(StoreCore):
                 conn.execute("BEGIN IMMEDIATE")
                 try:
                     for w in gone:
-                        conn.execute("UPDATE writers SET closed_at = ? WHERE id = ?", (now, w.id))
+                        conn.execute(
+                            "UPDATE writers SET closed_at = ?, found_gone = 1 WHERE id = ?", (now, w.id)
+                        )
                     conn.execute("DELETE FROM meta WHERE key = ?", (UNCHECKED,))
                     conn.execute("COMMIT")
                 except BaseException:

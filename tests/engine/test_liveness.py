@@ -37,12 +37,12 @@ def test_judge(
 
 def writer(
     id_: int, *, host: str | None = None, pid: int | None = None, key: str | None = None, beat: float = NOW,
-    closed_at: float | None = None,
+    closed_at: float | None = None, found_gone: bool = False,
 ) -> WriterRow:  # fmt: skip
     me = this_process()
     return WriterRow(
         id_, host or me.host, me.pid if pid is None else pid, me.key if key is None else key, None, NOW - 100,
-        beat, closed_at,
+        beat, closed_at, found_gone,
     )  # fmt: skip
 
 
@@ -64,6 +64,10 @@ def test_the_store_reader_judges_the_newest_live_writer_else_the_newest() -> Non
     assert engine_heard([gone], NOW).status == "gone", "its pid ended: gone at once, beat or no beat"
     assert engine_heard([writer(1, closed_at=NOW - 5)], NOW) == Heard(
         "stopped", 5.0, gone.host + f" pid {this_process().pid}"
+    )
+    killed = writer(1, beat=NOW - 30, closed_at=NOW - 2, found_gone=True)  # closed by the next open
+    assert engine_heard([killed], NOW) == Heard("gone", 30.0, killed.host + f" pid {this_process().pid}"), (
+        "a crash reads as gone, silent since its last heartbeat, not as a close"
     )
     assert engine_heard([writer(1, beat=NOW), gone], NOW).status == "live", "a live writer decides"
     assert engine_heard([writer(1, closed_at=NOW - 9), gone], NOW).status == "gone", "else the newest"

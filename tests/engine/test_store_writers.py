@@ -102,7 +102,10 @@ def test_the_turns_of_a_dead_writer_are_interrupted_when_the_store_is_opened(tmp
             assert row.ended_at == WALL and row.duration_ms == 0.0, "ended when its last event happened"
             assert outcome(again, "alive") == "running", "a live writer's turn is left alone"
             assert outcome(again, "mine") == "running", "no writer recorded, but too recent to tell"
-            assert again.writers()[0].closed_at is not None, "the dead writer is marked gone"
+            found = again.writers()[0]
+            assert found.closed_at is not None and found.found_gone, "the dead writer is marked gone"
+    with TraceStore(path, readonly=True) as after:
+        assert [w.found_gone for w in after.writers()] == [True, False], "a clean close is not a crash"
 
 
 @pytest.mark.skipif(not LINUX, reason="process start times are read from /proc")

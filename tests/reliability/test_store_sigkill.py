@@ -133,3 +133,10 @@ def test_traces_list_after_a_killed_serve_shows_no_turn_running(tmp_path: Path) 
     assert listing.returncode == 0, listing.stderr
     outcomes = [turn["outcome"] for turn in json.loads(listing.stdout)["turns"]]
     assert "interrupted" in outcomes and "running" not in outcomes
+    # The listing's own read-write open closed the killed writer: still a crash, not a clean stop.
+    assert json.loads(listing.stdout)["engine"]["status"] == "gone"
+    again = subprocess.run(
+        [sys.executable, "-m", "console", "traces", "list", "--traces", str(db)],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )  # fmt: skip
+    assert "gone: " in again.stdout and "ended without closing the store" in again.stdout, again.stdout
