@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from engine.classify import Rule
 from engine.kinds import KIND_INFO, ErrorKind
-from engine.policy import SideEffect
+from engine.side_effect import SideEffect
 from engine.strategies.breaker.machine import BreakerState, rejection_reason
 
 if TYPE_CHECKING:

@@ -12,7 +12,6 @@ Internal: import its public names from :mod:`engine`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from enum import StrEnum
 from typing import Annotated, Any
 
 from pydantic import (
@@ -28,20 +27,13 @@ from pydantic import (
 
 from engine.classify import ClassificationOverride
 from engine.config import DAY_MS, NOT_BOOL
+from engine.side_effect import SideEffect
 from engine.strategies.base import StrategyOptions
 from engine.strategies.breaker.machine import BreakerConfig
 from engine.strategies.retry.policy import RetryPolicy
 from engine.strategies.sections import dump_sections, validate_with_sections
 
 TOOL_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$"
-
-
-class SideEffect(StrEnum):
-    """What calling the tool does to the world: decides whether a failed call may be sent again."""
-
-    READ_ONLY = "read_only"
-    IDEMPOTENT = "idempotent"
-    SIDE_EFFECTING = "side_effecting"
 
 
 SecretField = Annotated[str, Field(min_length=1, max_length=200, pattern=r"\S")]

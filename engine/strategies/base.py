@@ -43,7 +43,7 @@ from pydantic import BaseModel, ConfigDict
 if TYPE_CHECKING:
     from engine.events import Event
     from engine.kinds import ErrorKind
-    from engine.policy import ToolPolicy
+    from engine.side_effect import SideEffect
 
 
 class StrategyOptions(BaseModel):
@@ -118,6 +118,13 @@ class CallView(Protocol):
         ...
 
 
+class PolicyView(Protocol):
+    """What :meth:`Strategy.refuse_policy` sees of a tool's manifest (or ``defaults.yaml``)."""
+
+    @property
+    def side_effect(self) -> SideEffect: ...
+
+
 class Strategy(Generic[Options]):
     """One protection of one tool's calls; subclasses override the hooks they need."""
 
@@ -132,7 +139,7 @@ class Strategy(Generic[Options]):
         self.options = options
 
     @classmethod
-    def refuse_policy(cls, options: Any, policy: ToolPolicy) -> str | None:
+    def refuse_policy(cls, options: Any, policy: PolicyView) -> str | None:
         """Why a tool (or ``defaults.yaml``) under ``policy`` may not have this section with
         ``options`` — one line, as a manifest error says it — or None when it may."""
         return None

@@ -16,9 +16,9 @@ from engine import Engine, ManifestError, ToolManifest
 from engine.handler import FailureContext, HandlerDecision
 from engine.kinds import ErrorKind
 from engine.manifest import load_manifest
-from engine.policy import SideEffect, ToolPolicy
+from engine.side_effect import SideEffect
 from engine.strategies import registry
-from engine.strategies.base import CallView, Refusal, Strategy, StrategyOptions
+from engine.strategies.base import CallView, PolicyView, Refusal, Strategy, StrategyOptions
 from engine.strategies.retry.policy import RetryPolicy
 from tests.engine.conftest import Scripted, general_path, new_engine, recorded
 
@@ -51,7 +51,7 @@ class Gate(Strategy[GateOptions]):
         self.log = CallLog()
 
     @classmethod
-    def refuse_policy(cls, options: GateOptions, policy: ToolPolicy) -> str | None:
+    def refuse_policy(cls, options: GateOptions, policy: PolicyView) -> str | None:
         if options.label == "reads" and policy.side_effect is not SideEffect.READ_ONLY:
             return f"only for read_only tools (side_effect is {policy.side_effect.value})"
         return None
