@@ -299,6 +299,8 @@ class Engine:
         now = current_time()
         self.runtime.transitioned(tool.breaker.reset(now, actor=actor, reason=reason), None, None)
         for strategy in tool.pipeline.strategies:
+            if strategy.tool_id != tool_id:  # an engine-wide one: not this tool's to reset
+                continue
             ended = strategy.operator_reset(now, self.wall_clock(), actor)
             if ended is not None:
                 self.runtime.publish(ended)

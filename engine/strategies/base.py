@@ -20,9 +20,9 @@ The pipeline (:mod:`engine.pipeline`) calls only the hooks a strategy overrides,
 - ``retry_refusal(call)`` when a retry is decided: a reason refuses it (a spent retry budget) and
   the call ends on its last attempt (:func:`engine.decide.refused_retry`); None lets it go on and
   is the strategy's consent (a budget spends a retry then);
-- ``operator_reset(now, at, actor)`` when an operator resets the tool (``engine.reset``): end
-  what a reset ends (a rate limit's cooldown), returning the event that says so (the engine
-  publishes it) or None;
+- ``operator_reset(now, at, actor)`` when an operator resets the tool (``engine.reset``; the
+  tool's own strategies, not the engine-wide shared ones): end what a reset ends (a rate limit's
+  cooldown), returning the event that says so (the engine publishes it) or None;
 - ``facts(now)`` what a custom error handler (``FailureContext.strategies``) and ``engine.stats()``
   are told about the strategy's state.
 
