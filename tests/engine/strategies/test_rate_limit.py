@@ -7,6 +7,7 @@ section's options with their one-line errors. Virtual time, both backends."""
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -544,3 +545,39 @@ def test_a_bad_section_is_one_line_naming_the_file_the_line_and_the_field(tmp_pa
     path.write_text(head + "  rate_limit: {rate_per_s: 5, burst: 10, max_wait_ms: 2000, scope: fleet}\n")
     options = load_manifest(path).strategies["rate_limit"]
     assert options == RateLimitOptions(rate_per_s=5, burst=10, max_wait_ms=2000, scope="fleet")
+
+
+@on_both_backends
+@pytest.mark.parametrize("seed", range(12))
+async def test_random_arrivals_cancellations_and_cooldowns_keep_the_rules(seed: int) -> None:
+    rng = random.Random(seed)
+    rate, burst = rng.choice([1.0, 5.0, 20.0]), rng.randint(1, 4)
+    state = limiter(rate_per_s=rate, burst=burst)
+    start = anyio.current_time()
+    used: list[tuple[float, int]] = []  # (when, arrival number) of each token an attempt got
+    pauses: list[tuple[float, float]] = []  # (from, until) of each cooldown
+
+    async def caller(n: int, limit: float, cut_after: float) -> None:
+        now = anyio.current_time()
+        with anyio.move_on_after(cut_after):
+            if state.try_acquire(now) or await state.acquire(now, now + limit, anyio.current_time) is None:
+                used.append((anyio.current_time(), n))
+
+    async with anyio.create_task_group() as tg:
+        for n in range(60):
+            await anyio.sleep(rng.expovariate(2 * rate))
+            if rng.random() < 0.05:
+                now = anyio.current_time()
+                until = now + rng.uniform(0.1, 3.0)
+                if state.extend_cooldown(Cooldown(until, f"c{n}"), now):
+                    pauses.append((now, until))
+            tg.start_soon(caller, n, rng.uniform(0.0, 5.0), rng.choice([0.2, 1.0, 100.0]))
+    assert state.waiting == 0, "nobody left in line"
+    times = [t for t, _ in used]
+    for i, first in enumerate(times):  # the bucket's bound over every interval of tokens used
+        for j in range(i, len(times)):
+            assert j - i + 1 <= burst + rate * (times[j] - first) + 1e-6
+    for t, _ in used:
+        assert not any(begun <= t < until - 1e-9 for begun, until in pauses), "no token during a cooldown"
+    assert used == sorted(used), "tokens in arrival order"
+    assert start <= min(times, default=start)
