@@ -65,7 +65,10 @@ class CooldownStarted(ToolEvent):
 
 @dataclass(slots=True, kw_only=True)
 class CooldownEnded(Event):
-    """A tool's cooldown ended: it ran out (``expired``), or an operator reset the tool."""
+    """A tool's cooldown ended: it ran out (``expired``), or an operator reset the tool.
+
+    One that ran out is announced by the first attempt that finds it over (as that call's event:
+    ``call_id``), its end being ``until``; a reset at once, by its ``actor``."""
 
     tool_id: str
     started_by: str | None
