@@ -293,9 +293,17 @@ class Engine:
         self.runtime.transitioned(breaker.trip(current_time(), actor=actor, reason=reason), None, None)
 
     def reset(self, tool_id: str, *, actor: str = "operator", reason: str = "") -> None:
-        """Close the breaker and clear its counts."""
-        breaker = self.runtime.tool(tool_id).breaker
-        self.runtime.transitioned(breaker.reset(current_time(), actor=actor, reason=reason), None, None)
+        """Close the breaker and clear its counts; end what the tool's strategies end on a reset
+        (a rate limit's cooldown: ``Strategy.operator_reset``)."""
+        tool = self.runtime.tool(tool_id)
+        now = current_time()
+        self.runtime.transitioned(tool.breaker.reset(now, actor=actor, reason=reason), None, None)
+        for strategy in tool.pipeline.strategies:
+            if strategy.tool_id != tool_id:  # an engine-wide one: not this tool's to reset
+                continue
+            ended = strategy.operator_reset(now, self.wall_clock(), actor)
+            if ended is not None:
+                self.runtime.publish(ended)
 
     def disable(self, tool_id: str, *, actor: str = "operator", reason: str = "") -> None:
         """Admit every call while still counting failures."""

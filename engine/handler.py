@@ -98,7 +98,9 @@ class FailureContext:
     strategies: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     """What the tool's other strategies say of their state, by section: ``retry_budget`` (calls,
     retries, allowed, refused, window_s, shared), ``bulkhead`` (in_flight, max_concurrent, queued,
-    max_queued, rejected_full, rejected_timeout, wait_p95_ms); an engine-wide shared one under
+    max_queued, rejected_full, rejected_timeout, wait_p95_ms), ``rate_limit`` (rate_per_s, burst,
+    tokens, waiting, waited, rejected, cooldowns, cooldown_remaining_s, cooldown_started_by,
+    max_wait_ms, scope); an engine-wide shared one under
     ``shared.<section>``."""
 
     @property

@@ -4,7 +4,7 @@ One kind per meaning (spec-map kinds.one-catalogue). The tool kinds, the spec's 
 LLM-provider kinds overlap (``timeout`` appears in all three, "rate limited" is the
 provider's ``rate_limit``, "authentication/permission" is ``auth_error``); each meaning
 is listed once, and :data:`KIND_SOURCES` records the spec-map entries that asked for it. A
-strategy's refusal (``bulkhead_full``) is a kind of its own, its source the strategy's package.
+strategy's refusal (``bulkhead_full``, ``throttled``) is a kind of its own, its source the strategy's package.
 
 Internal: import its public names from :mod:`engine`.
 """
@@ -47,6 +47,7 @@ class ErrorKind(StrEnum):
     CIRCUIT_OPEN = "circuit_open"
     # the strategies' own (engine.strategies)
     BULKHEAD_FULL = "bulkhead_full"
+    THROTTLED = "throttled"
     # spec-map kinds.llm-kinds not already above
     QUOTA_EXCEEDED = "quota_exceeded"
     MODEL_ERROR = "model_error"
@@ -126,6 +127,12 @@ KIND_INFO: dict[ErrorKind, KindInfo] = {
         False,
         "Rejected by the tool's bulkhead: too many calls in flight or queued; no attempt was made.",
     ),
+    ErrorKind.THROTTLED: KindInfo(
+        False,
+        _T,
+        False,
+        "Held back by the tool's rate limit or its cooldown after a rate-limit error; no attempt was made.",
+    ),
     ErrorKind.QUOTA_EXCEEDED: KindInfo(
         True, _P, False, "A billing or daily quota is exhausted; retrying will not help."
     ),
@@ -159,6 +166,7 @@ KIND_SOURCES: dict[ErrorKind, tuple[str, ...]] = {
     ErrorKind.INVALID_RESPONSE: ("kinds.spec-categories: response/schema validation",),
     ErrorKind.CIRCUIT_OPEN: ("kinds.spec-categories: circuit open",),
     ErrorKind.BULKHEAD_FULL: ("strategies.bulkhead",),
+    ErrorKind.THROTTLED: ("strategies.rate_limit",),
     ErrorKind.QUOTA_EXCEEDED: ("kinds.llm-kinds",),
     ErrorKind.MODEL_ERROR: ("kinds.llm-kinds",),
     ErrorKind.NETWORK_ERROR: ("kinds.llm-kinds",),

@@ -63,6 +63,12 @@ from engine.events.fleet import FleetRestored, FleetUnavailable
 from engine.events.lifecycle import OverridesForgotten, RecordingStarted, ToolRegistered
 from engine.strategies.bulkhead.events import BulkheadQueued, BulkheadRejected
 from engine.strategies.budget.events import RetryBudgetSpent
+from engine.strategies.rate_limit.events import (
+    CooldownEnded,
+    CooldownStarted,
+    RateLimitRejected,
+    RateLimitWaited,
+)
 from engine.events.shapes import field_shapes as field_shapes  # internal: the codecs'
 from engine.events.shapes import event_from_dict, vocabulary_markdown
 
@@ -70,9 +76,11 @@ __all__ = [
     "EVENT_TYPES", "AlternativeUsed", "AttemptFailed", "AttemptStarted", "BreakerClosed", "BreakerDisabled",
     "BreakerHalfOpened", "BreakerOpened", "BreakerReset", "BreakerRestored", "BreakerTransitioned",
     "BreakerTripped", "BulkheadQueued", "BulkheadRejected", "CallEscalated", "CallFailed", "CallRejected",
-    "CallSkipped", "CallSucceeded", "DefaultUsed", "DependencyBlocked", "Event", "FleetRestored",
+    "CallSkipped", "CallSucceeded", "CooldownEnded", "CooldownStarted", "DefaultUsed", "DependencyBlocked",
+    "Event", "FleetRestored",
     "FleetUnavailable", "HandlerFailed", "ManifestLoaded", "ManifestRefused", "ManifestRejected",
-    "ManifestRemoved", "OverridesForgotten", "RecordingStarted", "RetryBudgetSpent",
+    "ManifestRemoved", "OverridesForgotten", "RateLimitRejected", "RateLimitWaited", "RecordingStarted",
+    "RetryBudgetSpent",
     "SharedStrategiesChanged", "StreamEnded", "ToolEvent", "ToolRegistered", "ToolResultSent",
     "ToolTimedOut", "TurnCanceled", "TurnDeadlineExceeded", "TurnFinished", "TurnInterrupted",
     "TurnStarted", "event_from_dict", "vocabulary_markdown",

@@ -45,10 +45,11 @@ def alternative_for(
 
 def retryable_for_model(error: ToolError) -> bool | None:
     """Whether the model may call again later: never while the circuit is open; after a full
-    bulkhead, yes — its slots free up, though the engine does not retry a rejected call itself."""
+    bulkhead or a rate limit (``throttled``), yes — its slots free up, its tokens come back, though
+    the engine does not retry a rejected call itself."""
     if error.kind is ErrorKind.CIRCUIT_OPEN:
         return False
-    if error.kind is ErrorKind.BULKHEAD_FULL:
+    if error.kind is ErrorKind.BULKHEAD_FULL or error.kind is ErrorKind.THROTTLED:
         return True
     return error.classification.retryable if error.classification is not None else None
 

@@ -32,6 +32,7 @@ class Pipeline:
     ended: tuple[Strategy[Any], ...] = ()
     """``admit`` reversed: attempts end in the reverse order they were admitted."""
     retry_refusal: tuple[Strategy[Any], ...] = ()
+    attempt_failed: tuple[Strategy[Any], ...] = ()
     general: bool = False
     """Anything beyond the backbone: the call takes the general path (a field: read on every call)."""
 
@@ -74,6 +75,7 @@ def compile_pipeline(
         admit=admitting,
         ended=admitting[::-1],
         retry_refusal=tuple(s for s in compiled if overrides(s, "retry_refusal")),
+        attempt_failed=tuple(s for s in compiled if overrides(s, "attempt_failed")),
         general=True,
     )
 

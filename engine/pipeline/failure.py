@@ -160,6 +160,8 @@ async def after_failure(
         runtime, tool, permit, error, now, now - attempt_start, call.ctx, call.call_id
     )
     call.ran = call.ran or classification.kind.executed
+    for strategy in call.pipeline.attempt_failed:  # before the decision: a 429's cooldown counts
+        strategy.attempt_failed(call, classification)
     partial_result = partial_result_of(error)
     decided = decide_failure(call, error, classification, attempt, now, partial_result)
     if decided.decision is Decision.RETRY and call.pipeline.retry_refusal:

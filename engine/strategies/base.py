@@ -15,9 +15,14 @@ The pipeline (:mod:`engine.pipeline`) calls only the hooks a strategy overrides,
   without ``admit`` (and without an await);
 - ``attempt_ended(call)`` after each attempt a strategy admitted, however it ended (a
   cancellation included): give back what ``admit`` took;
+- ``attempt_failed(call, classification)`` after each attempt that failed, once its error is
+  classified and counted and before the decision (a rate limit starts its cooldown on a 429);
 - ``retry_refusal(call)`` when a retry is decided: a reason refuses it (a spent retry budget) and
   the call ends on its last attempt (:func:`engine.decide.refused_retry`); None lets it go on and
   is the strategy's consent (a budget spends a retry then);
+- ``operator_reset(now, at, actor)`` when an operator resets the tool (``engine.reset``; the
+  tool's own strategies, not the engine-wide shared ones): end what a reset ends (a rate limit's
+  cooldown), returning the event that says so (the engine publishes it) or None;
 - ``facts(now)`` what a custom error handler (``FailureContext.strategies``) and ``engine.stats()``
   are told about the strategy's state.
 
@@ -41,6 +46,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 from pydantic import BaseModel, ConfigDict
 
 if TYPE_CHECKING:
+    from engine.classify import Classification
     from engine.events import Event
     from engine.kinds import ErrorKind
     from engine.side_effect import SideEffect
@@ -162,6 +168,15 @@ class Strategy(Generic[Options]):
 
     def attempt_ended(self, call: CallView) -> None:
         """An attempt this strategy admitted ended, however it ended."""
+
+    def attempt_failed(self, call: CallView, classification: Classification) -> None:
+        """Attempt ``call.attempt`` failed with an error classified as ``classification`` (before the
+        call's decision: a strategy's state changed here is what the handler sees)."""
+
+    def operator_reset(self, now: float, at: float, actor: str) -> Event | None:
+        """An operator reset the tool at engine time ``now`` (wall clock ``at``): end what a reset
+        ends; the event saying what ended (published by the engine), or None when nothing did."""
+        return None
 
     def retry_refusal(self, call: CallView) -> str | None:
         """Why the retry decided after attempt ``call.attempt`` may not happen, or None (consent)."""

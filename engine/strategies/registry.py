@@ -14,8 +14,11 @@ from typing import Any
 from engine.strategies.base import Strategy
 from engine.strategies.budget.strategy import RetryBudgetStrategy
 from engine.strategies.bulkhead.strategy import BulkheadStrategy
+from engine.strategies.rate_limit.strategy import RateLimitStrategy
 
 ORDER: list[type[Strategy[Any]]] = [
+    # Before the bulkhead: an attempt waiting for a token (or a cooldown's end) holds no slot.
+    RateLimitStrategy,  # before each attempt, once the breaker admitted it; sees failed attempts
     BulkheadStrategy,  # before each attempt, once the breaker admitted it
     RetryBudgetStrategy,  # when a retry is decided
 ]

@@ -24,7 +24,7 @@ SPEC_CATEGORIES = {
     "response/schema validation": "invalid_response",
     "circuit open": "circuit_open",
 }
-STRATEGY_KINDS = {"bulkhead_full": "strategies.bulkhead"}
+STRATEGY_KINDS = {"bulkhead_full": "strategies.bulkhead", "throttled": "strategies.rate_limit"}
 """The refusals of engine.strategies, each sourced to its strategy's package."""
 
 
@@ -52,6 +52,7 @@ def test_seed_004_executed_flags() -> None:
         assert ErrorKind(name).executed is (name not in not_executed), name
     assert not ErrorKind.CIRCUIT_OPEN.executed
     assert not ErrorKind.BULKHEAD_FULL.executed
+    assert not ErrorKind.THROTTLED.executed
 
 
 def test_spec_classes() -> None:
