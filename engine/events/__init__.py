@@ -63,6 +63,7 @@ from engine.events.fleet import FleetRestored, FleetUnavailable
 from engine.events.lifecycle import OverridesForgotten, RecordingStarted, ToolRegistered
 from engine.strategies.bulkhead.events import BulkheadQueued, BulkheadRejected
 from engine.strategies.budget.events import RetryBudgetSpent
+from engine.strategies.idempotency.events import IdempotencyKeyAssigned
 from engine.events.shapes import field_shapes as field_shapes  # internal: the codecs'
 from engine.events.shapes import event_from_dict, vocabulary_markdown
 
@@ -71,8 +72,8 @@ __all__ = [
     "BreakerHalfOpened", "BreakerOpened", "BreakerReset", "BreakerRestored", "BreakerTransitioned",
     "BreakerTripped", "BulkheadQueued", "BulkheadRejected", "CallEscalated", "CallFailed", "CallRejected",
     "CallSkipped", "CallSucceeded", "DefaultUsed", "DependencyBlocked", "Event", "FleetRestored",
-    "FleetUnavailable", "HandlerFailed", "ManifestLoaded", "ManifestRefused", "ManifestRejected",
-    "ManifestRemoved", "OverridesForgotten", "RecordingStarted", "RetryBudgetSpent",
+    "FleetUnavailable", "HandlerFailed", "IdempotencyKeyAssigned", "ManifestLoaded", "ManifestRefused",
+    "ManifestRejected", "ManifestRemoved", "OverridesForgotten", "RecordingStarted", "RetryBudgetSpent",
     "SharedStrategiesChanged", "StreamEnded", "ToolEvent", "ToolRegistered", "ToolResultSent",
     "ToolTimedOut", "TurnCanceled", "TurnDeadlineExceeded", "TurnFinished", "TurnInterrupted",
     "TurnStarted", "event_from_dict", "vocabulary_markdown",

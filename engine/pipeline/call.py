@@ -53,6 +53,12 @@ class Call:
     """The values of the call's secret arguments, looked for in its error texts; found when first needed."""
     scrubbed: tuple[str, str] = ("", "")
     """The last text scrubbed and what it became: the last attempt's error and the call's are one."""
+    idempotency_key: str | None = None
+    """The call's idempotency key (a keyed tool's: :mod:`engine.strategies.idempotency`): the call's,
+    not an attempt's, so every retry, hedge and alternative sends the same one."""
+    sent_args: dict[str, Any] | None = None
+    """The arguments the tool is sent when a strategy made them differ from ``args`` (a copy with
+    the idempotency key); None: ``args``."""
 
     # --- what a strategy sees (engine.strategies.base.CallView) ---------------------------
 
