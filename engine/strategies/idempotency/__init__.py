@@ -27,7 +27,7 @@ shown to a custom handler as ``FailureContext.idempotency_key``.
 
 from engine.strategies.idempotency.events import IdempotencyKeyAssigned
 from engine.strategies.idempotency.keys import CALLER_KEYWORD, idempotency_key
-from engine.strategies.idempotency.options import CONTEXT, IdempotencyOptions
+from engine.strategies.idempotency.options import CONTEXT, IdempotencyOptions, keying
 from engine.strategies.idempotency.strategy import IdempotencyStrategy
 
 __all__ = [
@@ -37,4 +37,5 @@ __all__ = [
     "IdempotencyOptions",
     "IdempotencyStrategy",
     "idempotency_key",
+    "keying",
 ]

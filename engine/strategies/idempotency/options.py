@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated
 
 from pydantic import Field
@@ -23,3 +24,9 @@ class IdempotencyOptions(StrategyOptions):
     def argument(self) -> str | None:
         """The argument the key is passed as, or None when the tool reads it from the context."""
         return None if self.key == CONTEXT else self.key
+
+
+def keying(strategies: Mapping[str, StrategyOptions]) -> IdempotencyOptions | None:
+    """A manifest's ``idempotency`` section (from its ``strategies``), or None: the tool is not keyed."""
+    options = strategies.get("idempotency")
+    return options if isinstance(options, IdempotencyOptions) else None
