@@ -3,18 +3,45 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from engine.pipeline.call import Call
 from engine.strategies.base import CallView, Strategy
 from engine.strategies.idempotency.events import IdempotencyKeyAssigned
 from engine.strategies.idempotency.keys import enter_key, key_call, leave_key
 from engine.strategies.idempotency.options import IdempotencyOptions
 
 if TYPE_CHECKING:
-    from engine.policy import ToolPolicy
+    import random
 
 SIDE_EFFECTING = "side_effecting"
+
+
+class _Given(Protocol):
+    @property
+    def idempotency_key(self) -> str | None: ...
+
+
+class _Rng(Protocol):
+    @property
+    def rng(self) -> random.Random: ...
+
+
+class KeyedCall(CallView, Protocol):
+    """What this strategy uses of the pipeline's call beyond a ``CallView``: it changes what the
+    call sends. (:class:`engine.pipeline.call.Call` by name would close an import cycle: the
+    registry is imported by the manifest's policy, which the call's modules import.)"""
+
+    idempotency_key: str | None
+    sent_args: dict[str, Any] | None
+
+    @property
+    def args(self) -> dict[str, Any]: ...
+
+    @property
+    def ctx(self) -> _Given | None: ...
+
+    @property
+    def runtime(self) -> _Rng: ...
 
 
 class IdempotencyStrategy(Strategy[IdempotencyOptions]):
@@ -26,26 +53,28 @@ class IdempotencyStrategy(Strategy[IdempotencyOptions]):
     options_type = IdempotencyOptions
 
     @classmethod
-    def refuse_policy(cls, options: Any, policy: ToolPolicy) -> str | None:
-        if policy.side_effect != SIDE_EFFECTING:  # a StrEnum: engine.policy imports the registry
+    def refuse_policy(cls, options: Any, policy: Any) -> str | None:
+        # A ToolPolicy, untyped and its SideEffect compared as a string: engine.policy imports the
+        # registry, so this module may not import it (not even for typing: an import cycle).
+        if policy.side_effect != SIDE_EFFECTING:
             return f"only for side_effecting tools (side_effect is {policy.side_effect.value})"
         return None
 
     def call_started(self, call: CallView) -> None:
-        assert isinstance(call, Call)  # the key changes what the call sends: the pipeline's own Call
-        ctx = call.ctx
+        keyed_call = cast(KeyedCall, call)  # the pipeline's Call
+        ctx = keyed_call.ctx
         argument = self.options.argument
         keyed = key_call(
-            call.args,
+            keyed_call.args,
             argument,
             ctx.idempotency_key if ctx is not None else None,
             call.turn_id,
             call.call_id,
-            call.runtime.rng,
+            keyed_call.runtime.rng,
         )
-        call.idempotency_key = keyed.key
-        if keyed.args is not call.args:
-            call.sent_args = keyed.args
+        keyed_call.idempotency_key = keyed.key
+        if keyed.args is not keyed_call.args:
+            keyed_call.sent_args = keyed.args
         if call.observed:
             call.announce(
                 IdempotencyKeyAssigned(
@@ -55,11 +84,11 @@ class IdempotencyStrategy(Strategy[IdempotencyOptions]):
             )  # fmt: skip
 
     def admit_now(self, call: CallView) -> bool:
-        key = getattr(call, "idempotency_key", None)
+        key = cast(KeyedCall, call).idempotency_key
         if key is not None:
             enter_key(key)
         return True
 
     def attempt_ended(self, call: CallView) -> None:
-        if getattr(call, "idempotency_key", None) is not None:
+        if cast(KeyedCall, call).idempotency_key is not None:
             leave_key()
