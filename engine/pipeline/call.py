@@ -79,6 +79,11 @@ class Call:
         return self.runtime.wall_clock
 
     @property
+    def tool_args(self) -> dict[str, Any]:
+        """What every attempt of the call sends the tool (a hedge too): ``sent_args``, else ``args``."""
+        return self.sent_args if self.sent_args is not None else self.args
+
+    @property
     def observed(self) -> bool:
         return self.trace is not None or self.runtime.bus.active
 

@@ -4,6 +4,7 @@ side-effecting tool safe to re-send after an ambiguous failure; without a key, n
 from __future__ import annotations
 
 from collections.abc import Awaitable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -256,3 +257,23 @@ async def test_nothing_configured_changes_nothing() -> None:
     assert (await engine.try_call("book", flight="AF1")).ok
     assert tool.keys == [None, None] and tool.context_keys == [None, None]
     assert "IdempotencyKeyAssigned" not in events.types()
+
+
+async def test_concurrent_calls_queued_by_a_bulkhead_each_see_their_own_key() -> None:
+    engine = await new_engine(booking("context", bulkhead={"max_concurrent": 1, "max_queued": 5}))
+    seen: dict[str, list[str | None]] = {}
+
+    async def book(flight: str) -> str:
+        seen.setdefault(flight, []).append(current_key())
+        await anyio.sleep(0.01)
+        seen[flight].append(current_key())  # still its own after others ran meanwhile
+        return flight
+
+    engine.register("book", book)
+    async with anyio.create_task_group() as group:
+        for flight in ("AF1", "AF2", "AF3"):
+            group.start_soon(partial(engine.call, "book", flight=flight))
+    keys = {flight: set(found) for flight, found in seen.items()}
+    assert all(len(found) == 1 and None not in found for found in keys.values())
+    assert len(set.union(*keys.values())) == 3
+    assert current_key() is None
