@@ -84,6 +84,8 @@ if TYPE_CHECKING:
     )
     from engine.strategies.budget.options import RetryBudgetOptions
     from engine.strategies.bulkhead.options import BulkheadOptions
+    from engine.strategies.idempotency.keys import idempotency_key
+    from engine.strategies.idempotency.options import IdempotencyOptions
     from engine.strategies.rate_limit.options import RateLimitOptions
     from engine.strategies.registry import install_strategy
     from engine.strategies.retry.policy import RetryPlan, RetryPolicy, plan_retry
@@ -153,6 +155,8 @@ _HOMES: Final[dict[str, tuple[str, ...]]] = {
     "engine.strategies.budget.options": ("RetryBudgetOptions",),
     "engine.strategies.bulkhead.options": ("BulkheadOptions",),
     "engine.strategies.rate_limit.options": ("RateLimitOptions",),
+    "engine.strategies.idempotency.keys": ("idempotency_key",),
+    "engine.strategies.idempotency.options": ("IdempotencyOptions",),
     "engine.strategies.registry": ("install_strategy",),
     "engine.strategies.retry.policy": ("RetryPlan", "RetryPolicy", "plan_retry"),
     "engine.strategies.timeout.supervisor": ("report_progress",),
@@ -227,6 +231,7 @@ __all__ = [
     "EventBus",
     "FailureContext",
     "HandlerDecision",
+    "IdempotencyOptions",
     "KindInfo",
     "LLMToolCall",
     "ManifestError",
@@ -260,6 +265,7 @@ __all__ = [
     "TurnTrace",
     "classify",
     "format_tool_error_for_llm",
+    "idempotency_key",
     "install_strategy",
     "load_manifest",
     "parse_anthropic_tool_uses",

@@ -81,6 +81,10 @@ class CallContext:
     """The tool's call number, assigned at launch (fault plans key on it)."""
     tried: tuple[str, ...] = ()
     """Tools already tried for this call (alternatives never loop)."""
+    idempotency_key: str | None = None
+    """The call's idempotency key, given by its caller (a turn's ``ToolCall``, the LLM executor, an
+    adapter, or the call an alternative stands in for); None: a keyed tool's call derives one
+    (:mod:`engine.strategies.idempotency`). Tools without an ``idempotency`` section ignore it."""
     _rng: random.Random | None = field(default=None, repr=False)
 
     def rng(self, fallback: random.Random) -> random.Random:

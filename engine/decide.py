@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.handler import DEFAULT_HANDLER, FailureContext, HandlerDecision, resend_unsafe, within_hard_limits
 from engine.strategies.base import strategy_facts
+from engine.strategies.idempotency import IdempotencyStrategy
 from engine.strategies.retry.policy import RetryPlan, plan_retry
 
 if TYPE_CHECKING:
@@ -65,17 +66,19 @@ def decide(
     else:
         plan = _NO_RETRY
     optional = ctx.optional if ctx is not None else False
-    alternatives = available_alternatives(manifest, ctx, now, tools) if manifest.alternatives else ()
+    alternatives = _alternatives(run, classification, now, tools) if manifest.alternatives else ()
+    key = run.idempotency_key
     if custom is None:  # the default rules alone: no FailureContext to build
         decided = DEFAULT_HANDLER.decide_on(
             tool_id=tool.name,
             classification=classification,
             retry_plan=plan,
             breaker_state=tool.breaker.state,
-            resend_unsafe=resend_unsafe(manifest, classification.kind),
+            resend_unsafe=key is None and resend_unsafe(manifest, classification.kind),
             partial_result=partial_result,
             alternatives=alternatives,
             optional=optional,
+            idempotency_key=key,
         )
         return decided, None
     failure = FailureContext(
@@ -95,6 +98,7 @@ def decide(
         alternatives=alternatives,
         partial_result=partial_result,
         strategies=strategy_facts(run.pipeline.strategies, now) if run.pipeline.general else {},
+        idempotency_key=key,
     )
     try:
         custom_decision = custom.decide(failure)
@@ -123,7 +127,7 @@ def refused_retry(
     they do when the engine overrules a custom handler's (:func:`~engine.handler.within_hard_limits`).
     """
     ctx = run.ctx
-    alternatives = available_alternatives(run.manifest, ctx, now, tools) if run.manifest.alternatives else ()
+    alternatives = _alternatives(run, classification, now, tools) if run.manifest.alternatives else ()
     return DEFAULT_HANDLER.without_retry(
         f"retry refused: {refusal}",
         kind=classification.kind,
@@ -131,6 +135,18 @@ def refused_retry(
         alternatives=alternatives,
         optional=ctx.optional if ctx is not None else False,
     )
+
+
+def _alternatives(
+    run: Call, classification: Classification, now: float, tools: Mapping[str, RegisteredTool]
+) -> tuple[str, ...]:
+    """The call's available alternatives; after a failure that only its idempotency key makes safe
+    to re-send, only those keyed too (they send the same key; another tool would repeat the effect)."""
+    alternatives = available_alternatives(run.manifest, run.ctx, now, tools)
+    if run.idempotency_key is None or not resend_unsafe(run.manifest, classification.kind):
+        return alternatives
+    section = IdempotencyStrategy.section
+    return tuple(name for name in alternatives if section in tools[name].manifest.strategies)
 
 
 def available_alternatives(

@@ -102,6 +102,9 @@ class FailureContext:
     tokens, waiting, waited, rejected, cooldowns, cooldown_remaining_s, cooldown_started_by,
     max_wait_ms, scope); an engine-wide shared one under
     ``shared.<section>``."""
+    idempotency_key: str | None = None
+    """The call's idempotency key when its tool is keyed (the manifest's ``idempotency``): the same
+    on every attempt, so re-sending the call is safe even after an ambiguous failure."""
 
     @property
     def message(self) -> str:
@@ -109,8 +112,9 @@ class FailureContext:
 
     @property
     def resend_unsafe(self) -> bool:
-        """A side-effecting call failed ambiguously: sending it again could repeat its effect."""
-        return resend_unsafe(self.manifest, self.classification.kind)
+        """A side-effecting call failed ambiguously: sending it again could repeat its effect
+        (never when the call has an idempotency key: the service recognises a re-send)."""
+        return self.idempotency_key is None and resend_unsafe(self.manifest, self.classification.kind)
 
 
 def resend_unsafe(manifest: ToolManifest, kind: ErrorKind) -> bool:
@@ -153,6 +157,7 @@ class DefaultErrorHandler:
             partial_result=failure.partial_result,
             alternatives=failure.alternatives,
             optional=failure.optional,
+            idempotency_key=failure.idempotency_key,
         )
 
     def decide_on(
@@ -166,6 +171,7 @@ class DefaultErrorHandler:
         partial_result: Any,
         alternatives: tuple[str, ...],
         optional: bool,
+        idempotency_key: str | None = None,
     ) -> HandlerDecision:
         """:meth:`decide` from just the facts its rules read: the engine's path when no custom
         handler needs a whole :class:`FailureContext` (building one costs a few µs per failure)."""
@@ -181,6 +187,9 @@ class DefaultErrorHandler:
                 why = plan.reason
             elif breaker_state in (BreakerState.OPEN, BreakerState.FORCED_OPEN):
                 why = f"circuit breaker for {tool_id} is {breaker_state}"
+            elif idempotency_key is not None and KIND_INFO[kind].ambiguous:
+                why = f"ambiguous {kind}, re-sent safely under idempotency key {idempotency_key}"
+                return HandlerDecision(Decision.RETRY, f"{why}: {plan.reason}", plan.delay_s)
             else:
                 return HandlerDecision(
                     Decision.RETRY, f"{c.error_class} error, circuit closed: {plan.reason}", plan.delay_s

@@ -36,6 +36,7 @@ from engine.events import (
     CallSucceeded,
     DefaultUsed,
     Event,
+    IdempotencyKeyAssigned,
     ToolEvent,
     ToolTimedOut,
     TurnDeadlineExceeded,
@@ -426,6 +427,8 @@ def decisions(events: Iterable[Event]) -> dict[str, Fact]:
             facts[f"{where} end"] = Fact(f"rejected {e.kind} ({e.state})", (at,))
         elif isinstance(e, AlternativeUsed):
             facts[f"{where} alternative"] = Fact(e.alternative, (at,))
+        elif isinstance(e, IdempotencyKeyAssigned):  # a replay derives the recorded key again
+            facts[f"{where} idempotency key"] = Fact(e.key)
         elif isinstance(e, CallSkipped | CallEscalated | DefaultUsed):
             facts[f"{e.call_id} cascade"] = Fact(f"{e.event_type} {sorted(e.blocked_by)}", (at,))
     for tool_id, changes in transitions.items():

@@ -428,8 +428,9 @@ class TurnRunner:
             # Made as the call starts, not at its launch: a wide launch holds less. Positional:
             # keywords would cost a dict per call.
             ctx = CallContext(
-                call.id, turn_id, deadline, call.optional, dependants[call.id], trace, seed, ordinal
-            )
+                call.id, turn_id, deadline, call.optional, dependants[call.id], trace, seed, ordinal,
+                (), call.idempotency_key,
+            )  # fmt: skip
             result = await execute(call.tool, args, ctx, handler)
             outcome = self.outcomes[call.id] = _outcome_of(call, result, used_default)
             if outcome.status is CallStatus.SUCCEEDED and not outcome.served_by and not used_default:

@@ -31,6 +31,9 @@ class ToolCall:
     inputs: Mapping[str, str] | None = None
     """Argument name → dependency id. By default each dependency's output is passed under its id;
     ``{}`` makes the dependencies ordering-only."""
+    idempotency_key: str | None = None
+    """The call's own idempotency key, for a keyed tool (the manifest's ``idempotency``); None: the
+    engine derives ``<turn id>:<call id>``. The LLM executor sets the model's tool-call id."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "depends_on", tuple(self.depends_on))
@@ -134,6 +137,7 @@ class Turn:
                     "optional": c.optional,
                     **({"default": jsonable(c.default)} if c.default is not MISSING else {}),
                     **({"inputs": dict(c.inputs)} if c.inputs is not None else {}),
+                    **({"idempotency_key": c.idempotency_key} if c.idempotency_key is not None else {}),
                 }
                 for c in self.calls
             ],
@@ -150,6 +154,7 @@ class Turn:
                 bool(c.get("optional", False)),
                 c.get("default", MISSING),
                 c.get("inputs"),
+                c.get("idempotency_key"),
             )
             for c in spec["calls"]
         ]

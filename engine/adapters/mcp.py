@@ -23,6 +23,9 @@ Every call is a guarded call: timeouts, retries, the breaker and the error handl
 failures are classified as :mod:`engine.adapters.mcp_errors` describes. When the tool's manifest
 sets ``idle_timeout_ms``, the call asks the server for progress and each progress notification
 pushes the attempt's idle deadline back (never past ``timeout_ms``): MCP's reset-on-progress.
+When it sets ``idempotency`` (a side-effecting tool), each request carries the call's key in its
+``_meta`` under :data:`IDEMPOTENCY_META_KEY` — the same on every attempt, so the server can
+deduplicate a re-send (``key: context`` sends it there only; ``key: <argument>`` in the arguments too).
 
 Nothing in the engine imports this module.
 """
@@ -33,12 +36,12 @@ import logging
 import re
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Any, Literal, Self, cast
 
 import anyio
 from mcp import ClientSession
 from mcp.client.session import IncomingMessage, MessageHandlerFnT
-from mcp.types import PaginatedRequestParams, Tool, ToolListChangedNotification
+from mcp.types import PaginatedRequestParams, RequestParamsMeta, Tool, ToolListChangedNotification
 
 from engine.adapters.mcp_errors import (
     MCPNotSent,
@@ -48,9 +51,21 @@ from engine.adapters.mcp_errors import (
 )
 from engine.engine import Engine
 from engine.manifest import TOOL_ID_PATTERN
+from engine.strategies.idempotency import idempotency_key
 from engine.strategies.timeout.supervisor import IdleWindow, idle_window
 
-__all__ = ["MCPNotSent", "MCPToolError", "MCPToolset", "ToolsetChange", "tripwire_name"]
+__all__ = [
+    "IDEMPOTENCY_META_KEY",
+    "MCPNotSent",
+    "MCPToolError",
+    "MCPToolset",
+    "ToolsetChange",
+    "tripwire_name",
+]
+
+IDEMPOTENCY_META_KEY = "tripwire/idempotency-key"
+"""The ``_meta`` key of a ``tools/call`` request that carries the call's idempotency key (a tool whose
+manifest has an ``idempotency`` section): the same on every attempt, for the server to deduplicate."""
 
 log = logging.getLogger("tripwire.adapters.mcp")
 
@@ -108,10 +123,12 @@ class _MCPTool:
         if session is None or toolset.lost is not None:
             raise MCPNotSent(self.mcp_name, toolset.lost or "no session attached")
         window = idle_window()  # None unless the manifest sets idle_timeout_ms: no progress asked for
+        key = idempotency_key()  # None unless the manifest sets idempotency
         try:
             result = await session.call_tool(
-                self.mcp_name, arguments, progress_callback=None if window is None else _Progress(window)
-            )
+                self.mcp_name, arguments, progress_callback=None if window is None else _Progress(window),
+                meta=None if key is None else cast(RequestParamsMeta, {IDEMPOTENCY_META_KEY: key}),
+            )  # fmt: skip
         except Exception as error:
             if connection_closed(error):  # gone for good: later calls are known never to leave
                 toolset.lost = "the connection to the MCP server is closed"

@@ -28,6 +28,10 @@ test of :meth:`engine.Engine.available_tools`) and the tool's own ``is_enabled``
 whose breaker is open is not offered to the model on the next turn, and is offered again once a
 probe is due. A tool retired by :meth:`engine.Engine.unregister` is not offered either.
 
+A tool whose manifest sets ``idempotency`` (a side-effecting tool) is keyed by the SDK's tool-call
+id (``ToolContext.tool_call_id``, the model's): every attempt sends the same key — as the keyed
+argument, or through :func:`engine.idempotency_key` — so a re-send after a timeout is safe.
+
 A guarded tool runs only through its ``FunctionTool`` (a direct ``engine.call`` of it is refused:
 there is no run context to give it). When the engine routes a failing call to an alternative of
 the tool's manifest, the alternative must be a guarded tool too; it gets the same arguments and
@@ -51,6 +55,7 @@ from agents.tool_context import ToolContext
 from agents.tracing import SpanError, get_current_span
 from anyio import current_time
 
+from engine.call import CallContext
 from engine.engine import TOOL_ID, Engine
 from engine.errors import ToolError, TripwireError
 from engine.kinds import ErrorKind
@@ -70,9 +75,11 @@ _SPAN_MESSAGE: Final = "Error running tool (non-fatal)"
 _NOT_JSON: Final = "the model's arguments are not a JSON object: not run"
 """Why a call whose arguments do not parse is refused (``CallFailed.reason``)."""
 
-_CURRENT: ContextVar[tuple[ToolContext[Any], str, str]] = ContextVar("tripwire_openai_agents_call")
-"""The invocation in progress: the SDK's tool context, the tool's name and its JSON arguments. The
-engine awaits an async tool in the caller's task (retries too), so the relay finds them here."""
+_CURRENT: ContextVar[tuple[ToolContext[Any], str, str, dict[str, Any]]] = ContextVar(
+    "tripwire_openai_agents_call"
+)
+"""The invocation in progress: the SDK's tool context, the tool's name, its JSON arguments and those
+parsed. The engine awaits an async tool in the caller's task (retries too), so the relay finds them here."""
 
 
 class ToolCallFailed(TripwireError):
@@ -103,14 +110,14 @@ class _Relay:
 
     async def __call__(self, **arguments: Any) -> Any:
         try:
-            ctx, name, raw = _CURRENT.get()
+            ctx, name, raw, parsed = _CURRENT.get()
         except LookupError:
             raise ToolError(
                 ErrorKind.NOT_PERMITTED,
                 f"tool {self.name!r} runs through its guarded Agents SDK FunctionTool, not directly",
                 tool_id=self.name,
             ) from None
-        if name != self.name:  # the engine routed the call to this alternative: same arguments
+        if name != self.name or arguments != parsed:  # an alternative, or with an idempotency key
             raw = _json(arguments)
         try:
             return await self.inner.on_invoke_tool(ctx, raw)
@@ -137,9 +144,13 @@ class _Invoker:
             refused = self.engine.refuse(name, ErrorKind.INVALID_PARAMETERS, problem, _NOT_JSON).error
             assert refused is not None
             raise ToolCallFailed(failure_text(self.engine, name, refused, max_chars=self.max_chars), refused)
-        token = _CURRENT.set((ctx, name, input))
+        token = _CURRENT.set((ctx, name, input, arguments))
+        runtime = self.engine.runtime
+        # The SDK's tool-call id (the model's) keys a keyed tool's call: re-running the same model
+        # response re-sends the same key.
+        call = CallContext(runtime.new_call_id(), idempotency_key=ctx.tool_call_id or None)
         try:
-            result = await self.engine.try_call(name, **arguments)
+            result = await runtime.execute(name, arguments, call)
         finally:
             _CURRENT.reset(token)
         error = result.error

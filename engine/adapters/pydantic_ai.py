@@ -47,6 +47,10 @@ model, and is offered again once the breaker half-opens.
 
 When the engine routes a failing call to an alternative tool of the manifest, the alternative
 must be a tool of the same wrapped toolset; it receives the same arguments.
+
+A tool whose manifest sets ``idempotency`` (a side-effecting tool) is keyed by pydantic-ai's
+tool-call id (``RunContext.tool_call_id``, the model's): every attempt sends the same key — as the
+keyed argument, or through :func:`engine.idempotency_key` — so a re-send after a timeout is safe.
 """
 
 from __future__ import annotations
@@ -65,6 +69,7 @@ from pydantic_ai.toolsets import AbstractToolset, ToolsetTool, WrapperToolset
 from pydantic_ai.toolsets.abstract import SchemaValidatorProt
 from pydantic_core import SchemaValidator, ValidationError
 
+from engine.call import CallContext
 from engine.classify import Classification, Rule
 from engine.engine import Engine
 from engine.errors import ToolError
@@ -290,8 +295,12 @@ class GuardedToolset(WrapperToolset[AgentDepsT]):
         if name not in self._relays or name not in engine.tool_ids:
             self.guard(name)
         token = _CURRENT.set((self.wrapped, ctx, name, tool))
+        runtime = engine.runtime
+        # pydantic-ai's tool-call id (the model's) keys a keyed tool's call: re-running the same model
+        # response re-sends the same key.
+        call = CallContext(runtime.new_call_id(), idempotency_key=ctx.tool_call_id or None)
         try:
-            result = await engine.try_call(name, **tool_args)
+            result = await runtime.execute(name, tool_args, call)
         finally:
             _CURRENT.reset(token)
         error = result.error

@@ -63,6 +63,7 @@ from engine.events.fleet import FleetRestored, FleetUnavailable
 from engine.events.lifecycle import OverridesForgotten, RecordingStarted, ToolRegistered
 from engine.strategies.bulkhead.events import BulkheadQueued, BulkheadRejected
 from engine.strategies.budget.events import RetryBudgetSpent
+from engine.strategies.idempotency.events import IdempotencyKeyAssigned
 from engine.strategies.rate_limit.events import (
     CooldownEnded,
     CooldownStarted,
@@ -77,10 +78,9 @@ __all__ = [
     "BreakerHalfOpened", "BreakerOpened", "BreakerReset", "BreakerRestored", "BreakerTransitioned",
     "BreakerTripped", "BulkheadQueued", "BulkheadRejected", "CallEscalated", "CallFailed", "CallRejected",
     "CallSkipped", "CallSucceeded", "CooldownEnded", "CooldownStarted", "DefaultUsed", "DependencyBlocked",
-    "Event", "FleetRestored",
-    "FleetUnavailable", "HandlerFailed", "ManifestLoaded", "ManifestRefused", "ManifestRejected",
-    "ManifestRemoved", "OverridesForgotten", "RateLimitRejected", "RateLimitWaited", "RecordingStarted",
-    "RetryBudgetSpent",
+    "Event", "FleetRestored", "FleetUnavailable", "HandlerFailed", "IdempotencyKeyAssigned", "ManifestLoaded",
+    "ManifestRefused", "ManifestRejected", "ManifestRemoved", "OverridesForgotten", "RateLimitRejected",
+    "RateLimitWaited", "RecordingStarted", "RetryBudgetSpent",
     "SharedStrategiesChanged", "StreamEnded", "ToolEvent", "ToolRegistered", "ToolResultSent",
     "ToolTimedOut", "TurnCanceled", "TurnDeadlineExceeded", "TurnFinished", "TurnInterrupted",
     "TurnStarted", "event_from_dict", "vocabulary_markdown",

@@ -40,10 +40,13 @@ from engine.llm.results import ToolBatch, ToolResultItem
 from engine.llm.tool_errors import ToolErrorRegistry, ToolExecutionError, root_error_type
 from engine.outcomes import CallOutcome, CallStatus, TurnResult
 from engine.redaction import RedactionPolicy
+from engine.strategies.idempotency import keying
+from engine.strategies.idempotency.keys import key_call
 from engine.turn import ToolCall, Turn
 
 if TYPE_CHECKING:
     from engine.engine import Engine
+    from engine.strategies.idempotency import IdempotencyOptions
 
 log = logging.getLogger("tripwire.llm")
 
@@ -135,7 +138,10 @@ class ToolCallExecutor:
             if why is not None:
                 refused[index] = why
             else:
-                runnable.append(ToolCall(call.id, call.name, dict(call.arguments or {})))
+                # A keyed tool's key is the model's tool-call id: re-running the same message re-sends
+                # the same key, whatever turn runs it.
+                key = call.id if self._keying(call.name) is not None else None
+                runnable.append(ToolCall(call.id, call.name, dict(call.arguments or {}), idempotency_key=key))
         result: TurnResult | None = None
         crash: Exception | None = None
         if runnable:
@@ -269,10 +275,19 @@ class ToolCallExecutor:
         if call.name not in tools:
             known = ", ".join(sorted(tools)) or "none"
             return ErrorKind.UNKNOWN_TOOL, f"unknown tool {call.name!r}; available tools: {known}"
-        reason = self._binding_problem(call.name, call.arguments or {})
+        arguments = call.arguments or {}
+        options = self._keying(call.name)
+        if options is not None:  # bound as the tool is sent them: with its key, if an argument
+            arguments = key_call(arguments, options.argument, call.id, None, call.id, self.engine.rng).args
+        reason = self._binding_problem(call.name, arguments)
         if reason is not None:
             return ErrorKind.INVALID_PARAMETERS, f"invalid arguments: {reason}"
         return None
+
+    def _keying(self, name: str) -> IdempotencyOptions | None:
+        """The tool's ``idempotency`` section, or None (an unknown or unkeyed tool)."""
+        tool = self.engine.runtime.tools.get(name)
+        return keying(tool.manifest.strategies) if tool is not None else None
 
     def _binding_problem(self, tool: str, arguments: dict[str, Any]) -> str | None:
         """``engine.check_arguments``, remembered per tool and argument names.

@@ -53,6 +53,12 @@ class Call:
     """The values of the call's secret arguments, looked for in its error texts; found when first needed."""
     scrubbed: tuple[str, str] = ("", "")
     """The last text scrubbed and what it became: the last attempt's error and the call's are one."""
+    idempotency_key: str | None = None
+    """The call's idempotency key (a keyed tool's: :mod:`engine.strategies.idempotency`): the call's,
+    not an attempt's, so every retry, hedge and alternative sends the same one."""
+    sent_args: dict[str, Any] | None = None
+    """The arguments the tool is sent when a strategy made them differ from ``args`` (a copy with
+    the idempotency key); None: ``args``."""
 
     # --- what a strategy sees (engine.strategies.base.CallView) ---------------------------
 
@@ -71,6 +77,11 @@ class Call:
     @property
     def wall_clock(self) -> Callable[[], float]:
         return self.runtime.wall_clock
+
+    @property
+    def tool_args(self) -> dict[str, Any]:
+        """What every attempt of the call sends the tool (a hedge too): ``sent_args``, else ``args``."""
+        return self.sent_args if self.sent_args is not None else self.args
 
     @property
     def observed(self) -> bool:

@@ -300,11 +300,15 @@ async def use_alternative(call: Call, decided: HandlerDecision, now: float) -> C
         ),
         call.trace,
     )  # fmt: skip
+    key = call.idempotency_key  # the logical call's: a keyed alternative sends the same one
     alt_ctx = (
-        replace(ctx, tried=(*ctx.tried, tool_id), call_ordinal=runtime.next_call_ordinal(alternative))
+        replace(
+            ctx, tried=(*ctx.tried, tool_id), call_ordinal=runtime.next_call_ordinal(alternative),
+            idempotency_key=key or ctx.idempotency_key,
+        )
         if ctx is not None
-        else CallContext(call.call_id, tried=(tool_id,))
-    )
+        else CallContext(call.call_id, tried=(tool_id,), idempotency_key=key)
+    )  # fmt: skip
     result = await runtime.execute(alternative, call.args, alt_ctx, call.handler)
     result.served_by = result.served_by or alternative
     if call.ran and result.error is not None:  # this tool ran, whatever became of the alternative

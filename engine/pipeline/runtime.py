@@ -194,6 +194,8 @@ class Runtime:
                         as_handler(handler), pipeline, clock)  # fmt: skip
             for strategy in pipeline.call_started:
                 strategy.call_started(call)
+            if call.sent_args is not None:  # a strategy added to a copy (the idempotency key)
+                args = call.sent_args
         # Admission: the tool's breaker, then the admitting strategies.
         permit = breaker.acquire(now)
         if permit is None:

@@ -11,7 +11,9 @@ Every attempt of a call goes through them in this order (:mod:`engine.pipeline` 
 4. ``timeout_ms`` / ``idle_timeout_ms`` (:mod:`.timeout`) cut the attempt off;
 5. the error is classified (a rate-limit error starts the tool's cooldown: ``attempt_failed``)
    and the retry policy (:mod:`.retry`) and the error handler decide;
-6. ``retry_budget`` (:mod:`.budget`) may refuse a decided retry once retries outgrow the calls.
+6. ``retry_budget`` (:mod:`.budget`) may refuse a decided retry once retries outgrow the calls;
+7. ``idempotency`` (:mod:`.idempotency`) gives each call of a side-effecting tool one key, passed to
+   every attempt, which lets step 5 re-send it after an ambiguous failure.
 
 Breaker, timeout and retry are the backbone every tool has (the fused path runs them inline);
 the others are :class:`~engine.strategies.base.Strategy` subclasses compiled into a tool's

@@ -14,6 +14,7 @@ from typing import Any
 from engine.strategies.base import Strategy
 from engine.strategies.budget.strategy import RetryBudgetStrategy
 from engine.strategies.bulkhead.strategy import BulkheadStrategy
+from engine.strategies.idempotency.strategy import IdempotencyStrategy
 from engine.strategies.rate_limit.strategy import RateLimitStrategy
 
 ORDER: list[type[Strategy[Any]]] = [
@@ -21,6 +22,7 @@ ORDER: list[type[Strategy[Any]]] = [
     RateLimitStrategy,  # before each attempt, once the breaker admitted it; sees failed attempts
     BulkheadStrategy,  # before each attempt, once the breaker admitted it
     RetryBudgetStrategy,  # when a retry is decided
+    IdempotencyStrategy,  # a key per call, passed to each attempt
 ]
 """The compiled strategies, in the order their hooks run (the backbone's place: engine.strategies)."""
 

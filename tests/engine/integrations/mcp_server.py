@@ -19,6 +19,9 @@ from mcp.types import CallToolResult, TextContent
 server = MCPServer("tripwire-test", log_level="CRITICAL")
 calls: Counter[str] = Counter()
 """Requests received, by key: what a test reads to know whether a request reached the server."""
+idempotency_keys: dict[str, list[str | None]] = {}
+"""The idempotency key in each ``book`` request's ``_meta``, by key."""
+IDEMPOTENCY_META_KEY = "tripwire/idempotency-key"
 
 
 def answer(text: str, *, is_error: bool = False) -> CallToolResult:
@@ -67,6 +70,23 @@ async def hang(key: str = "") -> str:
     calls[key] += 1
     await anyio.sleep_forever()
     return "unreachable"
+
+
+@server.tool()
+async def book(key: str, hangs: int, ctx: Context) -> str:
+    """Note the request's idempotency key (``_meta``); hang on the first ``hangs`` requests with ``key``."""
+    meta = ctx.request_context.meta or {}
+    seen = idempotency_keys.setdefault(key, [])
+    seen.append(meta.get(IDEMPOTENCY_META_KEY))
+    if len(seen) <= hangs:
+        await anyio.sleep_forever()
+    return f"booked after {len(seen)}"
+
+
+@server.tool()
+async def booked(key: str) -> list[str | None]:
+    """The idempotency keys of the ``book`` requests with ``key``, in order."""
+    return idempotency_keys.get(key, [])
 
 
 @server.tool()

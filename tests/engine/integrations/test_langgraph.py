@@ -23,6 +23,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.prebuilt import InjectedState, create_react_agent, tools_condition
 
 from engine import BreakerConfig, ErrorKind, RetryPolicy, ToolManifest
+from engine import idempotency_key as current_key
 from engine.adapters.langgraph import TripwireToolNode
 from engine.exporters.prometheus import UNKNOWN_TOOL_LABEL
 from engine.llm import TURN_DEADLINE_ERROR_TYPE, format_tool_error_for_llm
@@ -408,3 +409,35 @@ def test_the_readme_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
         "call_2 error 'Tool Execution Failed\\nTool: weather\\nError Type: ValueError"
         "\\nMessage: Unknown city: Atlantis\\n\\nFix the arguments and call the tool again.'",
     ]
+
+
+async def test_a_keyed_tool_receives_the_tool_call_id_as_its_key_on_every_attempt() -> None:
+    keyed = {"side_effect": "side_effecting", "timeout_ms": 100, "retry_policy": RetryPolicy(max_attempts=3)}
+    engine = await new_engine(
+        ToolManifest(id="book", idempotency={"key": "idempotency_key"}, **keyed),
+        ToolManifest(id="pay", idempotency={"key": "context"}, **keyed),
+    )
+    booked: list[str] = []
+    paid: list[str | None] = []
+
+    @tool
+    async def book(flight: str, idempotency_key: str = "") -> str:
+        """Book a flight."""
+        booked.append(idempotency_key)
+        if len(booked) == 1:
+            await anyio.sleep_forever()  # a timeout: ambiguous, re-sent under the same key
+        return f"booked {flight}"
+
+    @tool
+    async def pay(amount: int) -> str:
+        """Pay."""
+        paid.append(current_key())
+        return "paid"
+
+    node = TripwireToolNode([book, pay], engine=engine)
+    calls = AIMessage("", tool_calls=[call("tc_1", "book", flight="AF1"), call("tc_2", "pay", amount=5)])
+    app, _ = agent_graph(node, calls, AIMessage("Booked and paid."))
+    state = await app.ainvoke({"messages": [HumanMessage("Book AF1")]})
+    assert [text(m) for m in tool_messages(state["messages"])] == ["booked AF1", "paid"]
+    assert booked == ["tc_1", "tc_1"]
+    assert paid == ["tc_2"]

@@ -50,7 +50,20 @@ pytestmark = pytest.mark.anyio
 SERVER = Path(__file__).with_name("mcp_server.py")
 FAST = RetryPolicy(initial_delay_ms=1, max_delay_ms=2, max_attempts=3, max_total_time_ms=10_000)
 ONCE = RetryPolicy(max_attempts=1)
-TOOLS = {"airport", "crawl", "die", "echo", "flaky", "grow", "hang", "received", "rpc_error", "shrink"}
+TOOLS = {
+    "airport",
+    "book",
+    "booked",
+    "crawl",
+    "die",
+    "echo",
+    "flaky",
+    "grow",
+    "hang",
+    "received",
+    "rpc_error",
+    "shrink",
+}
 
 
 @pytest.fixture(scope="module", params=["trio", "asyncio"])
@@ -365,3 +378,27 @@ def test_the_readme_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
     thread.join(timeout=20)
     assert not thread.is_alive() and failed == []
     assert capsys.readouterr().out == "CDG-JFK 08:15\n"
+
+
+# --- idempotency keys -------------------------------------------------------------------------
+
+
+async def test_a_keyed_tool_sends_the_same_key_in_meta_when_re_sent_after_a_timeout(
+    server: Connection,
+) -> None:
+    manifest = ToolManifest(
+        id="fl.book", side_effect=SideEffect.SIDE_EFFECTING, timeout_ms=300, retry_policy=FAST,
+        idempotency={"key": "context"},
+    )  # fmt: skip
+    engine = await new_engine(manifest, ToolManifest(id="fl.booked"))
+    k = key()
+    async with mcp_tools(server, engine, returns="structured"):
+        result = await engine.try_call("fl.book", key=k, hangs=1)
+        assert result.ok and result.attempts == 2, result.reason
+        received = await engine.call("fl.booked", key=k)
+        turn = await engine.run_turn(Turn([ToolCall("b", "fl.book", {"key": k + "t", "hangs": 0})], id="t9"))
+        assert turn.outcomes["b"].ok
+        in_turn = await engine.call("fl.booked", key=k + "t")
+    [sent] = set(received["result"])
+    assert len(received["result"]) == 2 and sent, "the server received the same key on both requests"
+    assert in_turn == {"result": ["t9:b"]}

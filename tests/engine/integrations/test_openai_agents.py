@@ -47,6 +47,7 @@ from agents.tracing import Span, Trace, TracingProcessor
 from openai.types.responses.response_prompt_param import ResponsePromptParam
 
 from engine import BreakerConfig, BreakerState, ErrorKind, RetryPolicy, ToolError, ToolManifest
+from engine import idempotency_key as current_key
 from engine.adapters.openai_agents import ToolCallFailed, guard_tool, guard_tools
 from engine.llm import LLMToolCall, ToolCallExecutor
 from tests.conftest import virtual_time_backend
@@ -487,7 +488,7 @@ async def test_a_failure_of_the_engine_itself_still_reaches_the_model_as_the_tex
     async def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("engine bug")
 
-    monkeypatch.setattr(engine, "try_call", broken)  # an engine bug: not the tool's failure
+    monkeypatch.setattr(engine.runtime, "execute", broken)  # an engine bug: not the tool's failure
     model = ScriptedModel([call("lookup", "c1", {"key": "a"})], "done")
     assert await run(model, tools) == "done"
     assert model.outputs(1) == {
@@ -567,3 +568,36 @@ def test_the_readme_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
         " Atlantis\\n\\nFix the arguments and call the tool again.'",
         "Sunny in Paris; I could not check Atlantis.",
     ]
+
+
+# --- idempotency keys -----------------------------------------------------------------------------
+
+
+async def test_a_keyed_tool_receives_the_tool_call_id_as_its_key_on_every_attempt() -> None:
+    keyed = {"side_effect": "side_effecting", "timeout_ms": 100, "retry_policy": RetryPolicy(max_attempts=3)}
+    engine = await new_engine(
+        ToolManifest(id="book", idempotency={"key": "idempotency_key"}, **keyed),
+        ToolManifest(id="pay", idempotency={"key": "context"}, **keyed),
+    )
+    booked: list[str] = []
+    paid: list[str | None] = []
+
+    async def book(flight: str, idempotency_key: str = "") -> str:
+        """Book a flight."""
+        booked.append(idempotency_key)
+        if len(booked) == 1:
+            await anyio.sleep_forever()  # a timeout: ambiguous, re-sent under the same key
+        return f"booked {flight}"
+
+    def pay(amount: int) -> str:
+        """Pay (a plain function: the SDK runs it in a thread)."""
+        paid.append(current_key())
+        return "paid"
+
+    model = ScriptedModel(
+        [call("book", "tc_1", {"flight": "AF1"}), call("pay", "tc_2", {"amount": 5})], "done"
+    )
+    assert await run(model, guard_tools([book, pay], engine)) == "done"
+    assert model.outputs(1) == {"tc_1": "booked AF1", "tc_2": "paid"}
+    assert booked == ["tc_1", "tc_1"]
+    assert paid[-1:] == ["tc_2"] and set(paid) == {"tc_2"}

@@ -37,6 +37,7 @@ from pydantic_ai.toolsets import FunctionToolset
 from pydantic_ai.usage import RunUsage
 
 from engine import BreakerConfig, BreakerState, ErrorClass, ErrorKind, RetryPolicy, ToolError, ToolManifest
+from engine import idempotency_key as current_key
 from engine.adapters.pydantic_ai import GuardedToolset
 from engine.llm import LLMToolCall, ToolCallExecutor
 from tests.conftest import virtual_time_backend
@@ -503,3 +504,35 @@ def test_the_readme_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
         "Fix the arguments and call the tool again.\n"
         "handed off to sales\n"
     )
+
+
+# --- idempotency keys -------------------------------------------------------------------------
+
+
+async def test_a_keyed_tool_receives_the_tool_call_id_as_its_key_on_every_attempt() -> None:
+    keyed = {"side_effect": "side_effecting", "timeout_ms": 100, "retry_policy": RetryPolicy(max_attempts=3)}
+    engine = await new_engine(
+        ToolManifest(id="book", idempotency={"key": "idempotency_key"}, **keyed),
+        ToolManifest(id="pay", idempotency={"key": "context"}, **keyed),
+    )
+    booked: list[str] = []
+    paid: list[str | None] = []
+    tools: FunctionToolset[None] = FunctionToolset()
+
+    @tools.tool_plain
+    async def book(flight: str, idempotency_key: str = "") -> str:
+        booked.append(idempotency_key)
+        if len(booked) == 1:
+            await anyio.sleep_forever()  # a timeout: ambiguous, re-sent under the same key
+        return f"booked {flight}"
+
+    @tools.tool_plain
+    async def pay(amount: int) -> str:
+        paid.append(current_key())
+        return "paid"
+
+    model = ScriptedModel([call("book", "tc_1", flight="AF1"), call("pay", "tc_2", amount=5)], "done")
+    assert await run(model, GuardedToolset(tools, engine)) == "done"
+    assert [part.content for part in model.returns[1]] == ["booked AF1", "paid"]
+    assert booked == ["tc_1", "tc_1"]
+    assert paid == ["tc_2"]
