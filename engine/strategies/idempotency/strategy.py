@@ -5,16 +5,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from engine.strategies.base import CallView, Strategy
+from engine.side_effect import SideEffect
+from engine.strategies.base import CallView, PolicyView, Strategy
 from engine.strategies.idempotency.events import IdempotencyKeyAssigned
 from engine.strategies.idempotency.keys import enter_key, key_call, leave_key
 from engine.strategies.idempotency.options import IdempotencyOptions
 
 if TYPE_CHECKING:
     import random
-
-SIDE_EFFECTING = "side_effecting"
-
 
 class _Given(Protocol):
     @property
@@ -53,10 +51,8 @@ class IdempotencyStrategy(Strategy[IdempotencyOptions]):
     options_type = IdempotencyOptions
 
     @classmethod
-    def refuse_policy(cls, options: Any, policy: Any) -> str | None:
-        # A ToolPolicy, untyped and its SideEffect compared as a string: engine.policy imports the
-        # registry, so this module may not import it (not even for typing: an import cycle).
-        if policy.side_effect != SIDE_EFFECTING:
+    def refuse_policy(cls, options: Any, policy: PolicyView) -> str | None:
+        if policy.side_effect is not SideEffect.SIDE_EFFECTING:
             return f"only for side_effecting tools (side_effect is {policy.side_effect.value})"
         return None
 
