@@ -84,6 +84,7 @@ if TYPE_CHECKING:
     )
     from engine.strategies.budget.options import RetryBudgetOptions
     from engine.strategies.bulkhead.options import BulkheadOptions
+    from engine.strategies.hedging.options import HedgingOptions
     from engine.strategies.registry import install_strategy
     from engine.strategies.retry.policy import RetryPlan, RetryPolicy, plan_retry
     from engine.strategies.timeout.supervisor import report_progress
@@ -151,6 +152,7 @@ _HOMES: Final[dict[str, tuple[str, ...]]] = {
     "engine.strategies.base": ("CallView", "Refusal", "Strategy", "StrategyOptions"),
     "engine.strategies.budget.options": ("RetryBudgetOptions",),
     "engine.strategies.bulkhead.options": ("BulkheadOptions",),
+    "engine.strategies.hedging.options": ("HedgingOptions",),
     "engine.strategies.registry": ("install_strategy",),
     "engine.strategies.retry.policy": ("RetryPlan", "RetryPolicy", "plan_retry"),
     "engine.strategies.timeout.supervisor": ("report_progress",),
@@ -225,6 +227,7 @@ __all__ = [
     "EventBus",
     "FailureContext",
     "HandlerDecision",
+    "HedgingOptions",
     "KindInfo",
     "LLMToolCall",
     "ManifestError",

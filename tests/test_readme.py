@@ -79,7 +79,7 @@ shows exactly the code it runs."""
 
 
 def test_every_python_example_is_run_here() -> None:
-    assert (len(runnable_examples()), len(fragments())) == (6 + len(RUN_ELSEWHERE), 2)
+    assert (len(runnable_examples()), len(fragments())) == (7 + len(RUN_ELSEWHERE), 2)
     for marker, where in RUN_ELSEWHERE.items():
         example(marker)
         runner = (ROOT / where).read_text(encoding="utf-8")
@@ -124,6 +124,17 @@ def test_the_added_strategy_example_runs_and_prints_what_readme_says(
     printed = capsys.readouterr().out
     shown = README[README.index(marker) :].split("prints\n\n```\n", 1)[1].split("```", 1)[0]
     assert printed == shown == "not_permitted 0 deploy: release week\n"
+
+
+def test_the_hedging_example_runs_and_prints_what_readme_says(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    marker = 'hedging={"hedge_after_ms": 100, "max_hedges": 1}'
+    run_example(example(marker), monkeypatch)
+    printed = capsys.readouterr().out
+    shown = README[README.index(marker) :].split("prints\n\n```\n", 1)[1].split("```", 1)[0]
+    assert printed == shown
+    assert printed.startswith("hotels in Lisbon from the fast replica - attempt 2\n")
 
 
 def test_event_vocabulary_table_is_generated_from_the_code() -> None:

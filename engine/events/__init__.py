@@ -63,6 +63,7 @@ from engine.events.fleet import FleetRestored, FleetUnavailable
 from engine.events.lifecycle import OverridesForgotten, RecordingStarted, ToolRegistered
 from engine.strategies.bulkhead.events import BulkheadQueued, BulkheadRejected
 from engine.strategies.budget.events import RetryBudgetSpent
+from engine.strategies.hedging.events import AttemptAbandoned, HedgeRaceWon, HedgeRefused, HedgeStarted
 from engine.events.shapes import field_shapes as field_shapes  # internal: the codecs'
 from engine.events.shapes import event_from_dict, vocabulary_markdown
 
@@ -77,3 +78,4 @@ __all__ = [
     "ToolTimedOut", "TurnCanceled", "TurnDeadlineExceeded", "TurnFinished", "TurnInterrupted",
     "TurnStarted", "event_from_dict", "vocabulary_markdown",
 ]  # fmt: skip
+__all__ += ["AttemptAbandoned", "HedgeRaceWon", "HedgeRefused", "HedgeStarted"]  # hedging's

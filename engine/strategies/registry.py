@@ -14,10 +14,12 @@ from typing import Any
 from engine.strategies.base import Strategy
 from engine.strategies.budget.strategy import RetryBudgetStrategy
 from engine.strategies.bulkhead.strategy import BulkheadStrategy
+from engine.strategies.hedging.strategy import HedgingStrategy
 
 ORDER: list[type[Strategy[Any]]] = [
     BulkheadStrategy,  # before each attempt, once the breaker admitted it
     RetryBudgetStrategy,  # when a retry is decided
+    HedgingStrategy,  # no hook: its calls' attempts race (engine.pipeline.hedged)
 ]
 """The compiled strategies, in the order their hooks run (the backbone's place: engine.strategies)."""
 
