@@ -87,7 +87,8 @@ class _Race:
     with, and the winner."""
 
     __slots__ = (
-        "call", "failed", "launched", "ordinal", "running", "runtime", "strategy", "tg", "wake", "winner",
+        "admitting", "call", "failed", "launched", "ordinal", "running", "runtime", "strategy", "tg", "wake",
+        "winner",
     )  # fmt: skip
 
     def __init__(
@@ -103,6 +104,8 @@ class _Race:
         self.launched: list[_Attempt] = []
         self.winner: _Attempt | None = None
         self.wake = anyio.Event()
+        self.admitting = False
+        """The host awaits a hedge's admission (it does not see ``wake``)."""
 
 
 async def attempts(runtime: HedgingRuntime, call: Call, permit: Permit, now: float) -> CallResult:
@@ -130,9 +133,10 @@ async def attempts(runtime: HedgingRuntime, call: Call, permit: Permit, now: flo
         if race.winner is not None:
             return _won(race, race.winner)
         assert last is not None  # no winner: every attempt failed
+        assert last.error is not None
         call.attempt = race.launched[-1].number  # the retry policy counts every attempt made
         next_step = await failure.after_failure(
-            call, last.permit, last.error or RuntimeError("no error"), last.start, last.end, last.fault_type,
+            call, last.permit, last.error, last.start, last.end, last.fault_type,
             failed_attempt=last.number,
         )  # fmt: skip
         if isinstance(next_step, CallResult):
@@ -146,7 +150,7 @@ async def _race(race: _Race, number: int, permit: Permit, now: float, hedges: in
     call = race.call
     tool, clock = call.tool, call.clock
     faults = race.runtime.faults
-    schedule = faults if isinstance(faults, HedgeSchedule) else None
+    schedule = faults if faults is not None and isinstance(faults, HedgeSchedule) else None
     latest = _launch(race, number, permit, now, hedge=False)
     while True:
         last = _settle(race)
@@ -174,8 +178,11 @@ async def _race(race: _Race, number: int, permit: Permit, now: float, hedges: in
         race.wake = anyio.Event()
         if race.failed or race.winner is not None:
             continue
-        with CancelScope(deadline=due):
+        if due == math.inf:
             await race.wake.wait()
+        else:
+            with CancelScope(deadline=due):
+                await race.wake.wait()
 
 
 def _settle(race: _Race) -> _Attempt | None:
@@ -232,8 +239,12 @@ async def _hedge(race: _Race, number: int, latest: _Attempt, after_s: float) -> 
         else:
             if permit.half_opened is not None:
                 runtime.transitioned(permit.half_opened, call.ctx, call.call_id)
-            if call.pipeline.admit:
-                refusal = None if failure.admitted_now(call) else await failure.admit_attempt(call, permit)
+            if call.pipeline.admit and not failure.admitted_now(call):
+                race.admitting = True  # a win now cancels the wait
+                try:
+                    refusal = await failure.admit_attempt(call, permit)
+                finally:
+                    race.admitting = False
                 if refusal is not None:
                     reason = refusal.reason
     now = call.clock()
@@ -338,7 +349,10 @@ async def _run(race: _Race, attempt: _Attempt, fault: InjectedAttempt | None) ->
     if error is None and not scope.cancelled_caught:
         attempt.value, attempt.end = value, now
         race.winner = attempt
-        race.tg.cancel_scope.cancel()
+        if race.running or race.admitting:  # the others are cancelled
+            race.tg.cancel_scope.cancel()
+        else:  # alone (no hedge started): the host just wakes, cheaper than a cancellation
+            race.wake.set()
         return
     if error is None:  # its deadline cut it off (before the hard cutoff: idle)
         error = failure.timed_out(call, attempt.number, now, idle_ms if scope.deadline < cutoff else None)

@@ -349,3 +349,34 @@ async def test_a_hung_attempt_is_hedged_once_the_tool_has_a_p95() -> None:
         assert await engine.call("t") == "warm"  # the tool has a p95 now (50 ms)
     assert result == ["hedge"]
     assert [t - start for t in tool.started] == pytest.approx([0.0, 0.5, 1.0], abs=0.001), "the next second"
+
+
+async def test_a_hedge_waiting_for_a_bulkhead_slot_is_called_off_when_the_first_attempt_wins() -> None:
+    bulkhead = {"max_concurrent": 1, "max_queued": 1, "queue_timeout_ms": 5000}
+    engine = await new_engine(hedged(hedge_after_ms=100, bulkhead=bulkhead))
+    tool = Scripted(after(0.3, "first"), after(0.01, "never"))
+    engine.register("t", tool)
+    events = recorded(engine)
+    start = anyio.current_time()
+    assert await engine.call("t") == "first"
+    assert anyio.current_time() - start == pytest.approx(0.3, abs=0.001)
+    assert tool.calls == 1
+    assert [e.attempt for e in events.of("BulkheadQueued")] == [2]
+    assert events.of("HedgeStarted") == [] and events.of("HedgeRefused") == []
+    facts = engine.stats()["t"].strategies["bulkhead"]
+    assert (facts["in_flight"], facts["queued"]) == (0, 0), "the queued hedge left nothing behind"
+    assert engine.breaker("t").consecutive_failures == 0
+    assert await engine.call("t") == "never", "the slot is free again"
+
+
+async def test_a_hedge_waiting_for_a_slot_starts_once_the_slot_frees_and_can_win() -> None:
+    bulkhead = {"max_concurrent": 1, "max_queued": 1, "queue_timeout_ms": 5000}
+    engine = await new_engine(hedged(hedge_after_ms=100, bulkhead=bulkhead))
+    tool = Scripted(after(0.2, ConnectionResetError("reset")), after(0.05, "hedge"))
+    engine.register("t", tool)
+    events = recorded(engine)
+    start = anyio.current_time()
+    result = await engine.try_call("t")
+    assert (result.value, result.attempts) == ("hedge", 2)
+    assert [t - start for t in tool.started] == pytest.approx([0.0, 0.2], abs=0.001)
+    assert [(e.attempt, e.decision) for e in events.of("ToolError")] == [(1, "wait")]
