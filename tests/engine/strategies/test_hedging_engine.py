@@ -12,7 +12,8 @@ from typing import Any
 import anyio
 import pytest
 
-from engine import BreakerState, Engine, ToolManifest, Turn
+from engine import BreakerState, Engine, ToolManifest, Turn, report_progress
+from engine.handler import FailureContext, HandlerDecision
 from engine.kinds import ErrorKind
 from engine.outcomes import CallStatus
 from engine.strategies.hedging import HedgingStrategy
@@ -380,3 +381,43 @@ async def test_a_hedge_waiting_for_a_slot_starts_once_the_slot_frees_and_can_win
     assert (result.value, result.attempts) == ("hedge", 2)
     assert [t - start for t in tool.started] == pytest.approx([0.0, 0.2], abs=0.001)
     assert [(e.attempt, e.decision) for e in events.of("ToolError")] == [(1, "wait")]
+
+
+async def test_each_attempt_has_its_own_idle_window() -> None:
+    engine = await new_engine(hedged(hedge_after_ms=50, timeout_ms=1000, idle_timeout_ms=100))
+
+    async def busy() -> str:
+        for _ in range(4):  # 200 ms, reporting progress every 50 ms: never idle for 100 ms
+            await anyio.sleep(0.05)
+            report_progress()
+        return "busy"
+
+    tool = Scripted(hang, busy)
+    engine.register("t", tool)
+    events = recorded(engine)
+    start = anyio.current_time()
+    assert await engine.call("t") == "busy"
+    assert anyio.current_time() - start == pytest.approx(0.25, abs=0.001)
+    [timed_out] = events.of("ToolTimeout")
+    assert (timed_out.attempt, timed_out.idle_ms) == (1, 100)
+    assert timed_out.t - start == pytest.approx(0.1, abs=0.001), "the silent attempt's window ran out"
+    assert [(e.attempt, e.decision) for e in events.of("ToolError")] == [(1, "wait")]
+
+
+async def test_a_custom_handler_decides_the_last_failure_and_sees_the_hedges() -> None:
+    seen: list[FailureContext] = []
+
+    def handler(failure: FailureContext) -> HandlerDecision | None:
+        seen.append(failure)
+        return None
+
+    engine = await new_engine(
+        hedged(hedge_after_ms=100, retry_policy=RetryPolicy(max_attempts=2)), handler=handler
+    )
+    engine.register(
+        "t", Scripted(after(0.3, ConnectionResetError("a")), after(0.05, ConnectionResetError("b")))
+    )
+    await engine.try_call("t")
+    [failure] = seen  # asked once: about the last failure, not the one while another ran
+    assert (failure.attempt, failure.message) == (2, "a")
+    assert failure.strategies["hedging"]["hedges_started"] == 1
