@@ -20,6 +20,7 @@ from engine.strategies.hedging import HedgingStrategy
 from engine.strategies.retry.policy import RetryPolicy
 from engine.turn import ToolCall
 from tests.engine.conftest import Scripted, after, hang, new_engine, recorded
+from tests.engine.workload import mixed_engine, workload
 
 pytestmark = pytest.mark.anyio
 
@@ -421,3 +422,24 @@ async def test_a_custom_handler_decides_the_last_failure_and_sees_the_hedges() -
     [failure] = seen  # asked once: about the last failure, not the one while another ran
     assert (failure.attempt, failure.message) == (2, "a")
     assert failure.strategies["hedging"]["hedges_started"] == 1
+
+
+@pytest.mark.parametrize("seed", range(3))
+async def test_in_a_generated_workload_every_hedged_attempt_ends_visibly_once(seed: int) -> None:
+    engine, rng, events = await mixed_engine(seed)
+    await workload(engine, rng)
+    started = {
+        (e.call_id, e.attempt) for e in events if e.event_type == "AttemptStarted" and e.tool_id == "mirror"
+    }
+    ends: dict[tuple[str, int], list[str]] = {}
+    for e in events:
+        if getattr(e, "tool_id", None) != "mirror":
+            continue
+        if e.event_type in ("ToolError", "AttemptAbandoned"):
+            ends.setdefault((e.call_id, e.attempt), []).append(e.event_type)
+        elif e.event_type == "CallSucceeded" and not e.partial:
+            ends.setdefault((e.call_id, e.attempts), []).append(e.event_type)
+    assert any(len({a for c, a in started if c == call}) > 1 for call, _ in started), "some calls raced"
+    assert {key: len(kinds) for key, kinds in ends.items()} == dict.fromkeys(started, 1)
+    facts = engine.stats()["mirror"].strategies["bulkhead"]
+    assert (facts["in_flight"], facts["queued"]) == (0, 0)
