@@ -84,6 +84,7 @@ if TYPE_CHECKING:
     )
     from engine.strategies.budget.options import RetryBudgetOptions
     from engine.strategies.bulkhead.options import BulkheadOptions
+    from engine.strategies.hedging.options import HedgingOptions
     from engine.strategies.idempotency.keys import idempotency_key
     from engine.strategies.idempotency.options import IdempotencyOptions
     from engine.strategies.rate_limit.options import RateLimitOptions
@@ -157,6 +158,7 @@ _HOMES: Final[dict[str, tuple[str, ...]]] = {
     "engine.strategies.rate_limit.options": ("RateLimitOptions",),
     "engine.strategies.idempotency.keys": ("idempotency_key",),
     "engine.strategies.idempotency.options": ("IdempotencyOptions",),
+    "engine.strategies.hedging.options": ("HedgingOptions",),
     "engine.strategies.registry": ("install_strategy",),
     "engine.strategies.retry.policy": ("RetryPlan", "RetryPolicy", "plan_retry"),
     "engine.strategies.timeout.supervisor": ("report_progress",),
@@ -231,6 +233,7 @@ __all__ = [
     "EventBus",
     "FailureContext",
     "HandlerDecision",
+    "HedgingOptions",
     "IdempotencyOptions",
     "KindInfo",
     "LLMToolCall",

@@ -60,7 +60,7 @@ from engine.policy import ToolManifest as ToolManifest
 from engine.policy import ToolPolicy as ToolPolicy
 from engine.strategies.base import StrategyOptions
 from engine.strategies.registry import shared_sections
-from engine.strategies.sections import dump_sections, take_sections
+from engine.strategies.sections import dump_sections, inheriting, take_sections
 
 DEFAULTS_FILE = "defaults.yaml"
 MAX_MANIFEST_BYTES = MAX_CONFIG_BYTES
@@ -120,7 +120,10 @@ def _check_tool(parsed: ParsedYaml, defaults: Mapping[str, Any], shown: str) -> 
             # The file's own names first: a problem in one is reported at its own line.
             merged["tool"]["secret_fields"] = [*body["secret_fields"], *shared]
     try:
-        manifest = _ToolFile.model_validate(merged).tool
+        own = body if isinstance(body, Mapping) else ()
+        manifest = inheriting(
+            lambda tool: _ToolFile.model_validate({**merged, "tool": tool}).tool, merged["tool"], own
+        )
     except ValidationError as exc:
         issues += issues_from(exc, shown, parsed.lines)
     return ManifestError(issues) if issues else manifest
@@ -288,7 +291,7 @@ class ManifestRegistry:
             return entry.manifest
         fallback = self._fallbacks.get(tool_id)
         if fallback is None:
-            fallback = ToolManifest.model_validate({**self._defaults, "id": tool_id})
+            fallback = inheriting(ToolManifest.model_validate, {**self._defaults, "id": tool_id}, ())
             self._fallbacks[tool_id] = fallback
         return fallback
 

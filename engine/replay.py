@@ -9,6 +9,11 @@ returns the value, re-raises the failure (classified exactly as recorded), or ha
 attempt was timed out or cut off. It then compares every decision the engine takes with the
 recording. Strict: an attempt with no recorded outcome, or a recorded outcome never asked
 for, is a mismatch.
+
+A hedged call (:mod:`engine.pipeline.hedged`) replays its race: each hedge starts as recorded
+(``HedgeStarted.after_ms`` after the attempt before it, and no other), each attempt ends as it
+did — the winner with its value, a cancelled loser when the winner's success cancels it again — so
+the same attempt wins (``CallSucceeded.attempts`` is the winner's number).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from engine.engine import Engine
 from engine.errors import ToolError, TripwireError
 from engine.events import (
     AlternativeUsed,
+    AttemptAbandoned,
     AttemptFailed,
     AttemptStarted,
     BreakerTransitioned,
@@ -36,6 +42,9 @@ from engine.events import (
     CallSucceeded,
     DefaultUsed,
     Event,
+    HedgeRaceWon,
+    HedgeRefused,
+    HedgeStarted,
     IdempotencyKeyAssigned,
     ToolEvent,
     ToolTimedOut,
@@ -97,6 +106,8 @@ class Recording:
     attempts: dict[tuple[str, str, int], RecordedAttempt]
     """(call id, tool id, attempt) → what happened."""
     events: list[Event]
+    hedges: dict[tuple[str, str, int], float] = field(default_factory=dict)
+    """(call id, tool id, hedge's attempt) → how long after the attempt before it the hedge started (s)."""
 
     @property
     def turn_id(self) -> str:
@@ -137,6 +148,11 @@ class Recording:
             manifests,
             _attempts(events),
             events,
+            {
+                (e.call_id, e.tool_id, e.attempt): e.after_ms / 1000.0
+                for e in events
+                if isinstance(e, HedgeStarted)
+            },
         )
 
 
@@ -246,8 +262,13 @@ class _Unmatched:
 class ReplayInjector:
     """Answers each attempt with its recorded outcome, and notes what did not match."""
 
-    def __init__(self, attempts: dict[tuple[str, str, int], RecordedAttempt]) -> None:
+    def __init__(
+        self,
+        attempts: dict[tuple[str, str, int], RecordedAttempt],
+        hedges: dict[tuple[str, str, int], float] | None = None,
+    ) -> None:
         self.attempts = attempts
+        self.hedges = hedges or {}
         self.used: set[tuple[str, str, int]] = set()
         self.unmatched: list[str] = []
         self.origin: float | None = None
@@ -270,6 +291,11 @@ class ReplayInjector:
             return _Unmatched(what)
         self.used.add(key)
         return _Replayed(recorded, self.origin)
+
+    def recorded_hedge_after_s(self, call_id: str, tool_id: str, attempt: int) -> float | None:
+        """The recorded delay of hedge ``attempt`` (a :class:`~engine.strategies.hedging.HedgeSchedule`):
+        a replay starts the hedges the recording started, when it started them, and no other."""
+        return self.hedges.get((call_id, tool_id, attempt))
 
     def unused(self) -> list[str]:
         return sorted(a.describe() for key, a in self.attempts.items() if key not in self.used)
@@ -311,7 +337,7 @@ async def replay(recording: Recording, *, tolerance_s: float = TIME_TOLERANCE_S)
 
     Decisions must match exactly; times (and retry delays) within ``tolerance_s``.
     """
-    injector = ReplayInjector(recording.attempts)
+    injector = ReplayInjector(recording.attempts, recording.hedges)
     manifests = [ToolManifest.model_validate(content) for content in recording.manifests.values()]
     engine = Engine(manifests, wall_clock=VirtualWallClock(recording.started_at), faults=injector)
     for tool_id in recording.manifests:
@@ -425,6 +451,14 @@ def decisions(events: Iterable[Event]) -> dict[str, Fact]:
         elif isinstance(e, CallRejected):
             # By the breaker (circuit_open) or a strategy (bulkhead_full): the kind says whose.
             facts[f"{where} end"] = Fact(f"rejected {e.kind} ({e.state})", (at,))
+        elif isinstance(e, HedgeStarted):
+            facts[f"{where} attempt {e.attempt} hedge"] = Fact(f"after attempt {e.after_attempt}", (at,))
+        elif isinstance(e, HedgeRefused):
+            facts[f"{where} attempt {e.attempt} hedge"] = Fact(f"refused: {e.reason}", (at,))
+        elif isinstance(e, AttemptAbandoned):
+            facts[f"{where} attempt {e.attempt} abandoned"] = Fact(f"won by {e.won_by}", (at,))
+        elif isinstance(e, HedgeRaceWon):
+            facts[f"{where} race"] = Fact(f"won by {e.attempt}, cancelled {list(e.cancelled)}", (at,))
         elif isinstance(e, AlternativeUsed):
             facts[f"{where} alternative"] = Fact(e.alternative, (at,))
         elif isinstance(e, IdempotencyKeyAssigned):  # a replay derives the recorded key again

@@ -79,7 +79,7 @@ shows exactly the code it runs."""
 
 
 def test_every_python_example_is_run_here() -> None:
-    assert (len(runnable_examples()), len(fragments())) == (8 + len(RUN_ELSEWHERE), 2)
+    assert (len(runnable_examples()), len(fragments())) == (9 + len(RUN_ELSEWHERE), 2)
     for marker, where in RUN_ELSEWHERE.items():
         example(marker)
         runner = (ROOT / where).read_text(encoding="utf-8")
@@ -152,6 +152,17 @@ def test_the_idempotency_example_runs_and_prints_what_readme_says(
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].endswith("→ escalate: side-effecting tool: not re-sent after an ambiguous timeout")
     assert lines[1:] == ["1 None 1", "1 False 1"], "sent once; the second call has no key to pass at all"
+
+
+def test_the_hedging_example_runs_and_prints_what_readme_says(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    marker = 'hedging={"hedge_after_ms": 100, "max_hedges": 1}'
+    run_example(example(marker), monkeypatch)
+    printed = capsys.readouterr().out
+    shown = README[README.index(marker) :].split("prints\n\n```\n", 1)[1].split("```", 1)[0]
+    assert printed == shown
+    assert printed.startswith("hotels in Lisbon from the fast replica - attempt 2\n")
 
 
 def test_event_vocabulary_table_is_generated_from_the_code() -> None:

@@ -70,6 +70,7 @@ from engine.strategies.rate_limit.events import (
     RateLimitRejected,
     RateLimitWaited,
 )
+from engine.strategies.hedging.events import AttemptAbandoned, HedgeRaceWon, HedgeRefused, HedgeStarted
 from engine.events.shapes import field_shapes as field_shapes  # internal: the codecs'
 from engine.events.shapes import event_from_dict, vocabulary_markdown
 
@@ -85,3 +86,4 @@ __all__ = [
     "ToolTimedOut", "TurnCanceled", "TurnDeadlineExceeded", "TurnFinished", "TurnInterrupted",
     "TurnStarted", "event_from_dict", "vocabulary_markdown",
 ]  # fmt: skip
+__all__ += ["AttemptAbandoned", "HedgeRaceWon", "HedgeRefused", "HedgeStarted"]  # hedging's

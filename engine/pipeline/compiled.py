@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.strategies import registry
 from engine.strategies.base import SHARED, Strategy, overrides
+from engine.strategies.hedging.strategy import HedgingStrategy
 
 if TYPE_CHECKING:
     from engine.policy import ToolPolicy
@@ -35,6 +36,8 @@ class Pipeline:
     attempt_failed: tuple[Strategy[Any], ...] = ()
     general: bool = False
     """Anything beyond the backbone: the call takes the general path (a field: read on every call)."""
+    hedging: HedgingStrategy | None = None
+    """A read-only tool's hedging: its calls' attempts race (:mod:`engine.pipeline.hedged`)."""
 
     def own(self, section: str) -> Strategy[Any] | None:
         """The tool's own strategy of ``section`` (not an engine-wide shared one)."""
@@ -77,6 +80,7 @@ def compile_pipeline(
         retry_refusal=tuple(s for s in compiled if overrides(s, "retry_refusal")),
         attempt_failed=tuple(s for s in compiled if overrides(s, "attempt_failed")),
         general=True,
+        hedging=next((s for s in compiled if isinstance(s, HedgingStrategy)), None),
     )
 
 

@@ -149,11 +149,18 @@ def count_failed_attempt(
 
 
 async def after_failure(
-    call: Call, permit: Permit, error: BaseException, attempt_start: float, now: float, fault_type: str | None
+    call: Call,
+    permit: Permit,
+    error: BaseException,
+    attempt_start: float,
+    now: float,
+    fault_type: str | None,
+    failed_attempt: int | None = None,
 ) -> CallResult | Permit:
     """Count failed attempt ``call.attempt``, decide about it and announce both; then the call's
     result, or — to retry — the permit for the next attempt, once the decided delay has passed
-    and the breaker and the admitting strategies let it through."""
+    and the breaker and the admitting strategies let it through. ``failed_attempt``: the failed attempt's
+    number when it is not ``call.attempt``, the attempts made (a hedged call's attempts race)."""
     runtime, tool, trace = call.runtime, call.tool, call.trace
     breaker, attempt = tool.breaker, call.attempt
     classification = count_failed_attempt(
@@ -169,14 +176,15 @@ async def after_failure(
         if refusal is not None:
             decided = refused_retry(call, classification, refusal, now, partial_result, tools=runtime.tools)
     if trace is not None or runtime.bus.active:
+        number = attempt if failed_attempt is None else failed_attempt
         failed = allocate(AttemptFailed)
         AttemptFailed.__init__(
             failed, at=runtime.wall_clock(), t=now, tool_id=tool.name, call_id=call.call_id,
-            turn_id=call.turn_id, attempt=attempt, error=call.scrub(runtime.redaction, error_message(error)),
+            turn_id=call.turn_id, attempt=number, error=call.scrub(runtime.redaction, error_message(error)),
             error_type=type(error).__name__, kind=classification.kind,
             classification=classification.error_class, rule=classification.rule,
             reason=classification.reason, status_code=classification.status_code,
-            circuit_breaker_state=breaker.state, retry_count=attempt - 1,
+            circuit_breaker_state=breaker.state, retry_count=number - 1,
             decision=decided.decision, decision_reason=call.scrub_reason(decided.reason),
             delay_ms=decided.delay_s * 1000.0 if decided.decision is Decision.RETRY else None,
             latency_ms=(now - attempt_start) * 1000.0, fault_type=fault_type,

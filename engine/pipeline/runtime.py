@@ -42,7 +42,7 @@ from engine.handler import Decision, ErrorHandler, HandlerLike, as_handler
 from engine.invoke import Attempt, WorkerThreads, invoke, invoke_injected
 from engine.kinds import ErrorKind
 from engine.metrics import MetricsRegistry
-from engine.pipeline import failure
+from engine.pipeline import failure, hedged
 from engine.pipeline.call import Call
 from engine.pipeline.compiled import Pipeline, compile_pipeline, compile_shared
 from engine.redaction import RedactionPolicy
@@ -222,6 +222,8 @@ class Runtime:
             now = clock()
         # Attempts, until one succeeds or the handler decides anything but a retry.
         metrics.on_call(now)  # as its first AttemptStarted (engine.metrics.counted)
+        if call is not None and pipeline.hedging is not None and not opening_stream:  # attempts race
+            return await hedged.attempts(self, call, permit, now)
         bus = self.bus
         faults = self.faults
         # Fault plans key on the call's ordinal: a turn's call has it from its launch.

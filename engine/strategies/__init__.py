@@ -13,7 +13,9 @@ Every attempt of a call goes through them in this order (:mod:`engine.pipeline` 
    and the retry policy (:mod:`.retry`) and the error handler decide;
 6. ``retry_budget`` (:mod:`.budget`) may refuse a decided retry once retries outgrow the calls;
 7. ``idempotency`` (:mod:`.idempotency`) gives each call of a side-effecting tool one key, passed to
-   every attempt, which lets step 5 re-send it after an ambiguous failure.
+   every attempt, which lets step 5 re-send it after an ambiguous failure;
+8. ``hedging`` (:mod:`.hedging`, read-only tools) starts one more attempt beside a slow one, each
+   hedge put to 6, 1, 2 and 3 first; the first success wins (:mod:`engine.pipeline.hedged` runs the race).
 
 Breaker, timeout and retry are the backbone every tool has (the fused path runs them inline);
 the others are :class:`~engine.strategies.base.Strategy` subclasses compiled into a tool's

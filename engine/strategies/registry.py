@@ -14,6 +14,7 @@ from typing import Any
 from engine.strategies.base import Strategy
 from engine.strategies.budget.strategy import RetryBudgetStrategy
 from engine.strategies.bulkhead.strategy import BulkheadStrategy
+from engine.strategies.hedging.strategy import HedgingStrategy
 from engine.strategies.idempotency.strategy import IdempotencyStrategy
 from engine.strategies.rate_limit.strategy import RateLimitStrategy
 
@@ -23,6 +24,7 @@ ORDER: list[type[Strategy[Any]]] = [
     BulkheadStrategy,  # before each attempt, once the breaker admitted it
     RetryBudgetStrategy,  # when a retry is decided
     IdempotencyStrategy,  # a key per call, passed to each attempt
+    HedgingStrategy,  # no hook: its calls' attempts race (engine.pipeline.hedged)
 ]
 """The compiled strategies, in the order their hooks run (the backbone's place: engine.strategies)."""
 

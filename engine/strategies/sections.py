@@ -6,8 +6,8 @@ Internal: the engine's machinery (:mod:`engine.policy` and :mod:`engine.manifest
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Collection, Mapping
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 from pydantic_core import InitErrorDetails, PydanticCustomError
@@ -88,6 +88,24 @@ def _refused(
                 )
             )  # fmt: skip
     return problems
+
+
+T = TypeVar("T")
+
+
+def inheriting(validate: Callable[[Any], T], tool: Any, own: Collection[str]) -> T:
+    """``validate(tool)``, a tool's policy merged with the defaults; a strategy section the tool
+    refuses (:meth:`Strategy.refuse_policy`) that it did not set itself (not in ``own``) is left
+    out rather than refused: a section in the defaults is a default for the tools it suits
+    (``hedging`` for the read-only ones)."""
+    try:
+        return validate(tool)
+    except ValidationError as exc:
+        refused = {str(e["loc"][-1]) for e in exc.errors() if e["type"] == "section_refused" and e["loc"]}
+        inherited = refused - set(own)
+        if not inherited or not isinstance(tool, Mapping):
+            raise
+        return validate({key: value for key, value in tool.items() if key not in inherited})
 
 
 def dump_sections(strategies: Mapping[str, StrategyOptions], mode: str) -> dict[str, Any]:

@@ -47,6 +47,9 @@ async def test_engine_stats_equal_the_fold_of_its_events(seed: int) -> None:
         "CallSkipped", "CallEscalated", "BreakerOpened",
     }  # fmt: skip
     assert any(type(e) is CallSucceeded and e.partial for e in events)
+    # Hedged reads: hedges won and lost, losers cancelled, all counted alike by both readers.
+    assert {"HedgeStarted", "AttemptAbandoned", "HedgeRaceWon"} <= {e.event_type for e in events}
+    assert engine_stats["mirror"]["life"]["retry_count"] >= 1
     life = engine_stats["guarded"]["life"]
     assert life["rejections"] and life["timeout_count"] and life["retry_count"]
     assert engine_stats["(unknown)"]["life"]["failures"]

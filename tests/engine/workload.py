@@ -1,6 +1,7 @@
 """A generated workload reaching every kind of counted fact: retried and timed-out attempts,
 streams cut mid-way, partial results, alternatives, breaker and bulkhead rejections, retry budget
-refusals, unknown tools, skipped and escalated turn calls — for tests that compare what different
+refusals, hedged reads (hedges winning, losing, refused), unknown tools, skipped and escalated turn
+calls — for tests that compare what different
 readers of the same calls count."""
 
 from __future__ import annotations
@@ -38,6 +39,18 @@ def manifests() -> list[ToolManifest]:
                 "retry_budget": {"budget_percent": 10, "min_retries_per_s": 0.5, "window_s": 2},
             }
         ),
+        ToolManifest.model_validate(
+            {
+                "id": "mirror",
+                **common,
+                "side_effect": "read_only",
+                "hedging": {"hedge_after_ms": 50, "max_hedges": 2},
+                "bulkhead": {"max_concurrent": 4},
+            }
+        ),
+        ToolManifest.model_validate(
+            {"id": "mirror95", **common, "side_effect": "read_only", "hedging": {"hedge_after_ms": "p95"}}
+        ),
         ToolManifest.model_validate({"id": "feed", **common}),
         ToolManifest.model_validate({"id": "doomed", **common, "retry_policy": {"max_attempts": 1}}),
     ]
@@ -52,13 +65,18 @@ class Behaviour:
         self.seed, self.name = seed, name
         self.invocations: dict[int, int] = {}
 
-    async def __call__(self, op: int, hold: float | None = None, partial: bool = False) -> Any:
+    async def __call__(
+        self, op: int, hold: float | None = None, partial: bool = False, lag: bool = False
+    ) -> Any:
+        n = self.invocations[op] = self.invocations.get(op, 0) + 1
+        if lag:  # the first invocation lags (a hedge wins), later ones answer at once
+            await anyio.sleep(0.15 if n == 1 else 0.01)
+            return {"ok": True}
         if hold is not None:  # held this long, then succeeds (past the 200 ms timeout: times out)
             await anyio.sleep(hold)
             return {"ok": True}
         if partial:
             raise ToolError(ErrorKind.PARTIAL_RESULT, "cut short", partial_result={"rows": 2})
-        n = self.invocations[op] = self.invocations.get(op, 0) + 1
         rng = random.Random(f"{self.seed}/{self.name}/{op}/{n}")
         await anyio.sleep(rng.choice((0.0, 0.004, 0.03, 0.12, 0.35)))  # 0.35 s: past the 200 ms timeout
         roll = rng.random()
@@ -131,11 +149,17 @@ FIXED: tuple[Operation, ...] = (
     (1.6, "unknown", {}),
 )
 """Operations every workload starts with, so each run reaches every kind of counted fact."""
+HEDGED: tuple[Operation, ...] = (
+    (0.3, "mirror", {"lag": True}),  # a hedge wins, the first attempt is cancelled
+)
 
 
 def operations(rng: random.Random, count: int) -> list[Operation]:
     kinds = ("flaky", "guarded", "guarded", "budgeted", "backup", "stream", "turn:guarded", "turn:budgeted")
-    return [*FIXED, *((rng.uniform(0.0, 4.0), rng.choice(kinds), {}) for _ in range(count))]
+    drawn = [(rng.uniform(0.0, 4.0), rng.choice(kinds), {}) for _ in range(count)]
+    # Hedged reads last, drawn after the rest (which keep their draws and their op numbers).
+    reads = [(rng.uniform(0.0, 4.0), rng.choice(("mirror", "mirror95")), {}) for _ in range(count // 4)]
+    return [*FIXED, *drawn, *HEDGED, *reads]
 
 
 async def workload(engine: Engine, rng: random.Random, operations_count: int = 60) -> None:
@@ -163,7 +187,7 @@ async def mixed_engine(seed: int) -> tuple[Engine, random.Random, list[Event]]:
     event it publishes is appended to."""
     rng = random.Random(seed)
     engine = await new_engine(*manifests(), seed=seed)
-    for name in ("flaky", "backup", "guarded", "budgeted"):
+    for name in ("flaky", "backup", "guarded", "budgeted", "mirror", "mirror95"):
         engine.register(name, Behaviour(seed, name))
     engine.register("doomed", _doomed)
     engine.register("feed", _feed(seed))

@@ -14,6 +14,7 @@ from engine.strategies.idempotency.options import IdempotencyOptions
 if TYPE_CHECKING:
     import random
 
+
 class _Given(Protocol):
     @property
     def idempotency_key(self) -> str | None: ...
