@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from engine.redaction import MIN_LITERAL_CHARS
+
 if TYPE_CHECKING:
     from engine.call import CallContext, RegisteredTool
     from engine.events import Event
@@ -56,9 +58,20 @@ class Call:
     idempotency_key: str | None = None
     """The call's idempotency key (a keyed tool's: :mod:`engine.strategies.idempotency`): the call's,
     not an attempt's, so every retry, hedge and alternative sends the same one."""
+    shown_key: str | None = None
+    """The idempotency key as the call's events and reasons show it: masked (``[REDACTED:…]``)
+    when the keyed argument is a secret field, else the key itself."""
+    resend_pending: bool = False
+    """A keyed attempt failed ambiguously: the idempotency strategy counts the next attempt let
+    through as a re-send."""
     sent_args: dict[str, Any] | None = None
     """The arguments the tool is sent when a strategy made them differ from ``args`` (a copy with
     the idempotency key); None: ``args``."""
+    hedges: int = 0
+    """Attempts of the call started as hedges so far (:mod:`engine.pipeline.hedged` counts them)."""
+    attempts_running: int = 0
+    """Other attempts of the call still running while a failure is decided (a hedged call's race
+    sets it; 0 while a failed attempt was the call's only one)."""
 
     # --- what a strategy sees (engine.strategies.base.CallView) ---------------------------
 
@@ -103,12 +116,17 @@ class Call:
             return self.scrubbed[1]
         if self.secrets is None:
             self.secrets = policy.secrets_in(self.args) if self.args else ()
+            key = self.idempotency_key
+            if key is not None and self.shown_key != key and len(key) >= MIN_LITERAL_CHARS:
+                # A secret key: an engine-made one is in no argument the caller passed.
+                self.secrets = tuple(sorted({*self.secrets, key}, key=len, reverse=True))
         clean = policy.text(text, self.secrets)
         self.scrubbed = (text, clean)
         return clean
 
     def scrub_reason(self, reason: str) -> str:
-        """A decision's reason: the engine's own words are safe; a custom handler's are scrubbed."""
+        """A decision's reason: the engine's own words are safe (they show a secret idempotency
+        key masked); a custom handler's are scrubbed."""
         runtime = self.runtime
         return (
             reason
