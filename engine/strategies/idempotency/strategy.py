@@ -78,13 +78,8 @@ class IdempotencyCounts:
 class IdempotencyStrategy(Strategy[IdempotencyOptions]):
     """Gives each call of a side-effecting tool one key, passes it to every attempt (as an argument
     and through :func:`engine.idempotency_key`) and announces it; :mod:`engine.decide` then lets an
-    ambiguous failure be re-sent. Its state is its counts; a reload changes only how the key is passed.
-
-    A re-send is counted in two steps: ``attempt_failed`` marks a keyed call whose attempt failed
-    ambiguously, and the next attempt of that call, when the strategy lets it through
-    (``admit_now``), is the re-send. Not ``retry_refusal``: a retry consented to there may still
-    be refused afterwards (the breaker opened during the backoff, a full bulkhead), and such a
-    retry was never sent."""
+    ambiguous failure be re-sent. Its state is its counts (kept across reloads): a re-send is
+    marked by ``attempt_failed`` and counted as the next attempt is let through (``admit_now``)."""
 
     section = "idempotency"
     options_type = IdempotencyOptions
