@@ -105,6 +105,15 @@ class Call:
 
     # --- the call's own text ------------------------------------------------------------
 
+    @property
+    def secret_key(self) -> str | None:
+        """The idempotency key when it is a secret (events show it masked) and long enough to be
+        looked for in free text; else None."""
+        key = self.idempotency_key
+        if key is None or self.shown_key == key or len(key) < MIN_LITERAL_CHARS:
+            return None
+        return key
+
     def scrub(self, policy: RedactionPolicy, text: str) -> str:
         """This call's free text (an error, a handler's reason) as its events may hold it under
         ``policy`` (the engine's, extended by the tool manifest's ``secret_fields``)."""
@@ -116,9 +125,8 @@ class Call:
             return self.scrubbed[1]
         if self.secrets is None:
             self.secrets = policy.secrets_in(self.args) if self.args else ()
-            key = self.idempotency_key
-            if key is not None and self.shown_key != key and len(key) >= MIN_LITERAL_CHARS:
-                # A secret key: an engine-made one is in no argument the caller passed.
+            key = self.secret_key
+            if key is not None:  # an engine-made key is in no argument the caller passed
                 self.secrets = tuple(sorted({*self.secrets, key}, key=len, reverse=True))
         clean = policy.text(text, self.secrets)
         self.scrubbed = (text, clean)

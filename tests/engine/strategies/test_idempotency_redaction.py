@@ -41,7 +41,7 @@ def booking(*, secret: bool = True, key: str = "request_id") -> ToolManifest:
 
 class Booking:
     """Fails each call twice ambiguously — a hang (a timeout), then a reset whose message quotes
-    the key — then books; notes the keys it was sent."""
+    the key — then books, answering with the key; notes the keys it was sent."""
 
     def __init__(self) -> None:
         self.keys: list[str | None] = []
@@ -54,7 +54,7 @@ class Booking:
             await anyio.sleep_forever()
         if sent == 2:
             raise ConnectionResetError(f"reset while booking {key}")
-        return f"booked {flight}"
+        return f"booked {flight} under {key}"
 
 
 def dumped(events: list[Event]) -> str:
@@ -103,6 +103,8 @@ async def test_a_secret_key_is_masked_in_every_event_of_the_recorded_trace() -> 
     assert all(
         e.error.startswith("reset while booking [REDACTED:") for e in retried if e.kind == "connection_reset"
     )
+    values = [e.value for e in events.of("CallSucceeded")]
+    assert len(values) == 4 and all(v.startswith("booked AF") and MARKER.search(v) for v in values)
     [started] = events.of("TurnStarted")
     given = started.spec["calls"][0]
     assert given["idempotency_key"] == policy.mask(GIVEN), "the turn's own key, masked in its spec"
@@ -148,3 +150,14 @@ async def test_a_recording_with_secret_keys_replays_as_matching() -> None:
     contents = {engine.manifests.digest("book"): engine.manifest("book").model_dump(mode="json")}
     report = await replay(Recording.from_events(result.trace.events, contents.get))
     assert report.matches, report.mismatches
+
+
+async def test_a_context_key_the_tool_answers_with_is_masked_in_the_recorded_result() -> None:
+    engine = await new_engine(booking(key=CONTEXT), record=True)
+    engine.register("book", Booking())
+    events = recorded(engine)
+    result = await engine.try_call("book", flight="AF1", idempotency_key=GIVEN)
+    assert result.value == f"booked AF1 under {GIVEN}", "the caller gets the answer as it was"
+    assert GIVEN not in dumped(events)
+    [succeeded] = events.of("CallSucceeded")
+    assert succeeded.value == f"booked AF1 under {engine.redaction_for('book').mask(GIVEN)}"
