@@ -58,9 +58,9 @@ class Call:
     idempotency_key: str | None = None
     """The call's idempotency key (a keyed tool's: :mod:`engine.strategies.idempotency`): the call's,
     not an attempt's, so every retry, hedge and alternative sends the same one."""
-    shown_key: str | None = None
-    """The idempotency key as the call's events and reasons show it: masked (``[REDACTED:…]``)
-    when the keyed argument is a secret field, else the key itself."""
+    key_masker: RedactionPolicy | None = None
+    """The policy that masks the idempotency key wherever the engine records it, when the keyed
+    argument is a secret field; None: the key is shown as it is."""
     resend_pending: bool = False
     """A keyed attempt failed ambiguously: the idempotency strategy counts the next attempt let
     through as a re-send."""
@@ -106,11 +106,19 @@ class Call:
     # --- the call's own text ------------------------------------------------------------
 
     @property
+    def shown_key(self) -> str | None:
+        """The idempotency key as the call's events and reasons show it: masked (``[REDACTED:…]``)
+        when it is a secret, else the key itself. Masked only when shown: hashing a fresh key on
+        every call would cost the success path."""
+        key, masker = self.idempotency_key, self.key_masker
+        return key if key is None or masker is None else masker.mask(key)
+
+    @property
     def secret_key(self) -> str | None:
-        """The idempotency key when it is a secret (events show it masked) and long enough to be
-        looked for in free text; else None."""
+        """The idempotency key when it is a secret and long enough to be looked for in free text
+        (the error texts, reasons and results the call records); else None."""
         key = self.idempotency_key
-        if key is None or self.shown_key == key or len(key) < MIN_LITERAL_CHARS:
+        if key is None or self.key_masker is None or len(key) < MIN_LITERAL_CHARS:
             return None
         return key
 

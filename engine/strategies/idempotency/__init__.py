@@ -30,7 +30,8 @@ A key under a secret field (the keyed argument — for ``key: context``, the cal
 is one under the tool's redaction policy, e.g. listed in the manifest's ``secret_fields``) is
 masked wherever the engine writes it: the event, the retry's reason (the pipeline's
 ``Call.shown_key``), a turn's own key in ``TurnStarted.spec`` (:mod:`engine.traced_spec`), and
-any error text, handler reason or recorded result quoting it (``Call.secret_key``). The tool and a handler get it whole.
+any error text, handler reason or recorded result quoting it (``Call.secret_key``). The tool
+and a handler get it whole.
 
 Counts (the strategy's facts, in ``engine.stats()`` and ``FailureContext.strategies``):
 ``keyed_calls``, and ``resends`` — attempts re-sent under a key after an ambiguous failure. The

@@ -39,9 +39,12 @@ class KeyedCall(CallView, Protocol):
     registry is imported by the manifest's policy, which the call's modules import.)"""
 
     idempotency_key: str | None
-    shown_key: str | None
+    key_masker: RedactionPolicy | None
     resend_pending: bool
     sent_args: dict[str, Any] | None
+
+    @property
+    def shown_key(self) -> str | None: ...
 
     @property
     def args(self) -> dict[str, Any]: ...
@@ -87,6 +90,9 @@ class IdempotencyStrategy(Strategy[IdempotencyOptions]):
     def __init__(self, tool_id: str, options: IdempotencyOptions) -> None:
         super().__init__(tool_id, options)
         self.state = IdempotencyCounts()
+        self._policy: RedactionPolicy | None = None
+        self._hides = False
+        """Whether ``_policy`` (the tool's redaction policy last seen) takes the key for a secret."""
 
     def handover(self, previous: Strategy[IdempotencyOptions]) -> None:
         if isinstance(previous, IdempotencyStrategy):
@@ -114,7 +120,10 @@ class IdempotencyStrategy(Strategy[IdempotencyOptions]):
         keyed_call.idempotency_key = key
         # A key under a secret field is masked wherever the engine writes it (events, reasons).
         policy = keyed_call.runtime.redaction_for(call.tool_id)
-        shown = keyed_call.shown_key = policy.mask(key) if self.options.hides_key(policy) else key
+        if policy is not self._policy:  # the first call, or another policy: look again
+            self._policy, self._hides = policy, self.options.hides_key(policy)
+        if self._hides:
+            keyed_call.key_masker = policy
         self.state.keyed += 1
         if keyed.args is not keyed_call.args:
             keyed_call.sent_args = keyed.args
@@ -122,7 +131,8 @@ class IdempotencyStrategy(Strategy[IdempotencyOptions]):
             call.announce(
                 IdempotencyKeyAssigned(
                     at=call.wall_clock(), t=call.start, tool_id=call.tool_id, call_id=call.call_id,
-                    turn_id=call.turn_id, key=shown, source=keyed.source, argument=argument,
+                    turn_id=call.turn_id, key=keyed_call.shown_key or key, source=keyed.source,
+                    argument=argument,
                 )
             )  # fmt: skip
 
