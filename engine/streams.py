@@ -166,7 +166,11 @@ class ToolStream:
             self._served_by, cut, self._ctx, self._call_id, timed_out=timed_out
         )
         policy = engine.redaction_for(self._served_by)
-        problem = policy.text(f"{type(error).__name__}: {error}", policy.secrets_in(self._args))
+        secrets, key = policy.secrets_in(self._args), self._key
+        keyed = keying(engine.manifest(self._served_by).strategies) if key is not None else None
+        if key is not None and keyed is not None and keyed.hides_key(policy):  # in no argument, maybe
+            secrets = (key, *secrets)
+        problem = policy.text(f"{type(error).__name__}: {error}", secrets)
         error_class = classification.error_class
         self._end(
             "truncated", error=problem, kind=classification.kind, error_class=error_class, timed_out=timed_out

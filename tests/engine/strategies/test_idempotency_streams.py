@@ -4,20 +4,23 @@ while the stream opens: its generator resumes in the consumer's task, outside an
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import anyio
 import pytest
 
 from engine import ToolManifest
 from engine import idempotency_key as current_key
-from tests.engine.conftest import new_engine
+from engine.errors import ToolError
+from engine.redaction import MARKER
+from tests.engine.conftest import new_engine, recorded
 
 pytestmark = pytest.mark.anyio
 
 
-def manifest(keyed: bool = True) -> ToolManifest:
+def manifest(keyed: bool = True, **fields: Any) -> ToolManifest:
     sections = {"idempotency": {"key": "context"}} if keyed else {}
-    return ToolManifest(id="export", side_effect="side_effecting", timeout_ms=1000, **sections)
+    return ToolManifest(id="export", side_effect="side_effecting", timeout_ms=1000, **sections, **fields)
 
 
 class Export:
@@ -67,3 +70,24 @@ async def test_an_unkeyed_stream_sees_no_key() -> None:
     async with engine.stream("export", rows=2) as chunks:
         assert [chunk async for chunk in chunks] == [0, 1]
     assert tool.seen == [None, None] and tool.closed == [None]
+
+
+async def test_a_stream_cut_by_an_error_quoting_its_secret_key_records_it_masked() -> None:
+    engine = await new_engine(manifest(secret_fields=("idempotency_key",)))
+    events = recorded(engine)
+
+    async def export(rows: int) -> AsyncIterator[int]:
+        yield 0
+        raise ConnectionResetError(f"export {current_key()} dropped")
+
+    async def read_all() -> list[int]:
+        async with engine.stream("export", rows=2) as chunks:
+            return [chunk async for chunk in chunks]
+
+    engine.register("export", export)
+    with pytest.raises(ToolError):
+        await read_all()
+    [assigned] = events.of("IdempotencyKeyAssigned")
+    [ended] = events.of("StreamEnded")
+    assert MARKER.fullmatch(assigned.key)
+    assert ended.error == f"ConnectionResetError: export {assigned.key} dropped"
