@@ -100,7 +100,7 @@ class FailureContext:
     retries, allowed, refused, window_s, shared), ``bulkhead`` (in_flight, max_concurrent, queued,
     max_queued, rejected_full, rejected_timeout, wait_p95_ms), ``rate_limit`` (rate_per_s, burst,
     tokens, waiting, waited, rejected, cooldowns, cooldown_remaining_s, cooldown_started_by,
-    max_wait_ms, scope) — the cooldown: ``cooldown_remaining_s``, ``cooldown_started_by`` —,
+    max_wait_ms, scope; the cooldown is ``cooldown_remaining_s`` and ``cooldown_started_by``),
     ``idempotency`` (keyed_calls, resends, passed_as), ``hedging`` (hedges_started, hedges_won,
     attempts_cancelled, hedges_refused, hedge_after_ms); an engine-wide shared one under
     ``shared.<section>``."""
