@@ -132,12 +132,21 @@ def partial_result_of(error: BaseException) -> Any:
     return MISSING
 
 
-def recorded_value(policy: RedactionPolicy, manifest: ToolManifest, args: dict[str, Any], value: Any) -> Any:
+def recorded_value(
+    policy: RedactionPolicy,
+    manifest: ToolManifest,
+    args: dict[str, Any],
+    value: Any,
+    secret: str | None = None,
+) -> Any:
     """A result as ``CallSucceeded.value`` records it (recording mode): JSON-safe and redacted under
     ``policy`` and the manifest's ``secret_fields`` (arguments' secret values included, wherever
-    they show)."""
+    they show, and ``secret``: a secret idempotency key the tool read from its context)."""
     if not policy.enabled:
         return jsonable(value)
     if manifest.secret_fields:
         policy = policy.with_fields(manifest.secret_fields)
-    return policy.value(jsonable(value), policy.secrets_in(args))
+    secrets = policy.secrets_in(args)
+    if secret is not None:
+        secrets = (secret, *secrets)
+    return policy.value(jsonable(value), secrets)

@@ -78,7 +78,7 @@ def decide(
             partial_result=partial_result,
             alternatives=alternatives,
             optional=optional,
-            idempotency_key=key,
+            idempotency_key=run.shown_key,  # in the reason: masked when secret
         )
         return decided, None
     failure = FailureContext(
@@ -99,6 +99,8 @@ def decide(
         partial_result=partial_result,
         strategies=strategy_facts(run.pipeline.strategies, now) if run.pipeline.general else {},
         idempotency_key=key,
+        hedges=run.hedges,
+        attempts_running=run.attempts_running,
     )
     try:
         custom_decision = custom.decide(failure)

@@ -100,11 +100,19 @@ class FailureContext:
     retries, allowed, refused, window_s, shared), ``bulkhead`` (in_flight, max_concurrent, queued,
     max_queued, rejected_full, rejected_timeout, wait_p95_ms), ``rate_limit`` (rate_per_s, burst,
     tokens, waiting, waited, rejected, cooldowns, cooldown_remaining_s, cooldown_started_by,
-    max_wait_ms, scope); an engine-wide shared one under
+    max_wait_ms, scope; the cooldown is ``cooldown_remaining_s`` and ``cooldown_started_by``),
+    ``idempotency`` (keyed_calls, resends, passed_as), ``hedging`` (hedges_started, hedges_won,
+    attempts_cancelled, hedges_refused, hedge_after_ms); an engine-wide shared one under
     ``shared.<section>``."""
     idempotency_key: str | None = None
     """The call's idempotency key when its tool is keyed (the manifest's ``idempotency``): the same
-    on every attempt, so re-sending the call is safe even after an ambiguous failure."""
+    on every attempt, so re-sending the call is safe even after an ambiguous failure. The key
+    itself, even when secret: a reason that quotes it is scrubbed before an event holds it."""
+    hedges: int = 0
+    """How many of this call's attempts so far started as hedges (a ``hedging`` tool's)."""
+    attempts_running: int = 0
+    """Other attempts of this call still running as the handler decides (hedges racing the failed
+    one); 0 when none is."""
 
     @property
     def message(self) -> str:

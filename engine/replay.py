@@ -56,6 +56,7 @@ from engine.events import (
 from engine.kinds import ErrorKind
 from engine.manifest import ToolManifest
 from engine.outcomes import TurnResult
+from engine.redaction import MARKER
 from engine.turn import Turn
 
 TIME_TOLERANCE_S = 0.05
@@ -462,7 +463,9 @@ def decisions(events: Iterable[Event]) -> dict[str, Fact]:
         elif isinstance(e, AlternativeUsed):
             facts[f"{where} alternative"] = Fact(e.alternative, (at,))
         elif isinstance(e, IdempotencyKeyAssigned):  # a replay derives the recorded key again
-            facts[f"{where} idempotency key"] = Fact(e.key)
+            # A secret key is masked with each engine's own hash key: only that it was, compares.
+            key = e.key if MARKER.search(e.key) is None else f"redacted ({e.source})"
+            facts[f"{where} idempotency key"] = Fact(key)
         elif isinstance(e, CallSkipped | CallEscalated | DefaultUsed):
             facts[f"{e.call_id} cascade"] = Fact(f"{e.event_type} {sorted(e.blocked_by)}", (at,))
     for tool_id, changes in transitions.items():

@@ -37,8 +37,8 @@ from engine.events import (
 )
 from engine.handler import MISSING, ErrorHandler
 from engine.outcomes import CallOutcome, CallStatus, TurnResult, summarize
-from engine.redaction import RedactionPolicy
 from engine.trace import TurnTrace
+from engine.traced_spec import traced_spec
 from engine.turn import ToolCall, Turn, validate
 
 if TYPE_CHECKING:
@@ -534,53 +534,6 @@ def _new_scope() -> anyio.CancelScope:
     if not _ASYNCIO_SCOPE:
         _ASYNCIO_SCOPE.append(type(anyio.CancelScope()))
     return _ASYNCIO_SCOPE[0]()
-
-
-_TRACED: dict[int, tuple[dict[str, Any], tuple[RedactionPolicy, ...], dict[str, Any]]] = {}
-"""Specs redacted lately, by id: a turn run again (its spec is built once) is redacted once. A few
-only: keeping many new turns' specs alive costs more (measured) than redacting a spec again."""
-_TRACED_MAX = 8
-_TRACED_MAX_CALLS = 1000
-
-
-def traced_spec(engine: EngineForTurns, spec: dict[str, Any]) -> dict[str, Any]:
-    """A turn's spec as its ``TurnStarted`` holds it: each call's arguments and default redacted by
-    its tool's policy (:meth:`Engine.redaction_for`). The same dict when nothing needed redacting."""
-    if not engine.redaction.enabled:
-        return spec
-    known = _TRACED.get(id(spec))
-    if known is not None and known[0] is spec and not known[1]:  # run before, and nothing to look at
-        return spec
-    # Most calls have nothing to look at; the others, under the policy in force for their tool.
-    work = [
-        (i, c, engine.redaction_for(c["tool"]))
-        for i, c in enumerate(spec["calls"])
-        if c["args"] or "default" in c
-    ]
-    policies = tuple(policy for _, _, policy in work)
-    if known is not None and known[0] is spec and known[1] == policies:
-        return known[2]
-    calls: list[dict[str, Any]] | None = None
-    for i, call, policy in work:
-        args = call["args"]
-        traced = call
-        redacted = policy.value(args)
-        if redacted is not args:
-            traced = {**call, "args": redacted}
-        if "default" in call:
-            default = policy.value(call["default"], policy.secrets_in(args))
-            if default is not call["default"]:
-                traced = {**traced, "default": default}
-        if traced is not call:
-            if calls is None:
-                calls = list(spec["calls"])
-            calls[i] = traced
-    result = spec if calls is None else {**spec, "calls": calls}
-    if len(spec["calls"]) <= _TRACED_MAX_CALLS:  # a huge turn is not kept alive for a rerun
-        if len(_TRACED) >= _TRACED_MAX:
-            _TRACED.clear()
-        _TRACED[id(spec)] = (spec, policies, result)  # the spec is held: its id is not reused meanwhile
-    return result
 
 
 def _outcome_of(call: ToolCall, result: CallResult, used_default: bool) -> CallOutcome:

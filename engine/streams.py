@@ -24,6 +24,8 @@ from engine.cancellation import is_stray_cancellation, stray_cancellation_error
 from engine.errors import ToolError
 from engine.events import StreamEnded
 from engine.kinds import ErrorClass, ErrorKind
+from engine.strategies.idempotency.keys import enter_key, idempotency_key, leave_key
+from engine.strategies.idempotency.options import keying
 
 if TYPE_CHECKING:
     from engine.call import CallContext
@@ -31,25 +33,27 @@ if TYPE_CHECKING:
 
 
 class _Opened:
-    """The value of a stream's opening call: the generator and its first chunk."""
+    """The value of a stream's opening call: the generator, its first chunk, and the idempotency
+    key of the attempt that opened it (None: the tool is not keyed)."""
 
-    __slots__ = ("first", "stream")
+    __slots__ = ("first", "key", "stream")
 
-    def __init__(self, stream: AsyncIterator[Any], first: Any) -> None:
+    def __init__(self, stream: AsyncIterator[Any], first: Any, key: str | None) -> None:
         self.stream = stream
         self.first = first
+        self.key = key
 
 
 _EMPTY = object()
 
 
 async def open_stream(stream: AsyncIterator[Any]) -> _Opened:
-    """Pull the first chunk (runs inside the guarded attempt)."""
+    """Pull the first chunk (runs inside the guarded attempt, where a keyed tool's key is set)."""
     try:
         first = await anext(stream)
     except StopAsyncIteration:
         first = _EMPTY
-    return _Opened(stream, first)
+    return _Opened(stream, first, idempotency_key())
 
 
 class ToolStream:
@@ -63,6 +67,9 @@ class ToolStream:
         self._args = args
         self._ctx = ctx
         self._stream: AsyncIterator[Any] | None = None
+        self._key: str | None = None
+        """The call's idempotency key: set again while the tool's generator resumes (in the
+        consumer's task, outside any attempt) so ``engine.idempotency_key()`` holds for every chunk."""
         self._pending: Any = _EMPTY
         self._served_by = tool_id
         self._call_id = ctx.call_id if ctx is not None else ""
@@ -92,9 +99,17 @@ class ToolStream:
             return chunk
         assert self._stream is not None
         manifest = self._engine.manifest(self._served_by)
+        key = self._key
         with CancelScope(deadline=current_time() + manifest.timeout_s) as scope:
             try:
-                chunk = await anext(self._stream)
+                if key is None:
+                    chunk = await anext(self._stream)
+                else:
+                    enter_key(key)
+                    try:
+                        chunk = await anext(self._stream)
+                    finally:
+                        leave_key()
             except StopAsyncIteration:
                 self._end("completed")
                 raise
@@ -116,8 +131,15 @@ class ToolStream:
         stream, self._stream = self._stream, None
         aclose = getattr(stream, "aclose", None)
         if aclose is not None:
-            with CancelScope(shield=True):
-                await aclose()
+            key = self._key  # the generator's cleanup runs now: under its key too
+            if key is not None:
+                enter_key(key)
+            try:
+                with CancelScope(shield=True):
+                    await aclose()
+            finally:
+                if key is not None:
+                    leave_key()
 
     async def _open(self) -> None:
         result = await self._engine.execute(self.tool_id, self._args, self._ctx, opening_stream=True)
@@ -125,6 +147,8 @@ class ToolStream:
         assert isinstance(opened, _Opened)
         self._stream, self._pending = opened.stream, opened.first
         self._served_by = result.served_by or self.tool_id
+        if keying(self._engine.manifest(self._served_by).strategies) is not None:
+            self._key = opened.key  # not an outer call's key, current while an unkeyed stream opened
         if opened.first is _EMPTY:
             self._end("completed")
 
@@ -142,7 +166,11 @@ class ToolStream:
             self._served_by, cut, self._ctx, self._call_id, timed_out=timed_out
         )
         policy = engine.redaction_for(self._served_by)
-        problem = policy.text(f"{type(error).__name__}: {error}", policy.secrets_in(self._args))
+        secrets, key = policy.secrets_in(self._args), self._key
+        keyed = keying(engine.manifest(self._served_by).strategies) if key is not None else None
+        if key is not None and keyed is not None and keyed.hides_key(policy):  # in no argument, maybe
+            secrets = (key, *secrets)
+        problem = policy.text(f"{type(error).__name__}: {error}", secrets)
         error_class = classification.error_class
         self._end(
             "truncated", error=problem, kind=classification.kind, error_class=error_class, timed_out=timed_out

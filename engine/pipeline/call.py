@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from engine.redaction import MIN_LITERAL_CHARS
+
 if TYPE_CHECKING:
     from engine.call import CallContext, RegisteredTool
     from engine.events import Event
@@ -56,9 +58,20 @@ class Call:
     idempotency_key: str | None = None
     """The call's idempotency key (a keyed tool's: :mod:`engine.strategies.idempotency`): the call's,
     not an attempt's, so every retry, hedge and alternative sends the same one."""
+    key_masker: RedactionPolicy | None = None
+    """The policy that masks the idempotency key wherever the engine records it, when the keyed
+    argument is a secret field; None: the key is shown as it is."""
+    resend_pending: bool = False
+    """A keyed attempt failed ambiguously: the idempotency strategy counts the next attempt let
+    through as a re-send."""
     sent_args: dict[str, Any] | None = None
     """The arguments the tool is sent when a strategy made them differ from ``args`` (a copy with
     the idempotency key); None: ``args``."""
+    hedges: int = 0
+    """Attempts of the call started as hedges so far (:mod:`engine.pipeline.hedged` counts them)."""
+    attempts_running: int = 0
+    """Other attempts of the call still running while a failure is decided (a hedged call's race
+    sets it; 0 while a failed attempt was the call's only one)."""
 
     # --- what a strategy sees (engine.strategies.base.CallView) ---------------------------
 
@@ -92,6 +105,23 @@ class Call:
 
     # --- the call's own text ------------------------------------------------------------
 
+    @property
+    def shown_key(self) -> str | None:
+        """The idempotency key as the call's events and reasons show it: masked (``[REDACTED:…]``)
+        when it is a secret, else the key itself. Masked only when shown: hashing a fresh key on
+        every call would cost the success path."""
+        key, masker = self.idempotency_key, self.key_masker
+        return key if key is None or masker is None else masker.mask(key)
+
+    @property
+    def secret_key(self) -> str | None:
+        """The idempotency key when it is a secret and long enough to be looked for in free text
+        (the error texts, reasons and results the call records); else None."""
+        key = self.idempotency_key
+        if key is None or self.key_masker is None or len(key) < MIN_LITERAL_CHARS:
+            return None
+        return key
+
     def scrub(self, policy: RedactionPolicy, text: str) -> str:
         """This call's free text (an error, a handler's reason) as its events may hold it under
         ``policy`` (the engine's, extended by the tool manifest's ``secret_fields``)."""
@@ -103,12 +133,16 @@ class Call:
             return self.scrubbed[1]
         if self.secrets is None:
             self.secrets = policy.secrets_in(self.args) if self.args else ()
+            key = self.secret_key
+            if key is not None:  # an engine-made key is in no argument the caller passed
+                self.secrets = tuple(sorted({*self.secrets, key}, key=len, reverse=True))
         clean = policy.text(text, self.secrets)
         self.scrubbed = (text, clean)
         return clean
 
     def scrub_reason(self, reason: str) -> str:
-        """A decision's reason: the engine's own words are safe; a custom handler's are scrubbed."""
+        """A decision's reason: the engine's own words are safe (they show a secret idempotency
+        key masked); a custom handler's are scrubbed."""
         runtime = self.runtime
         return (
             reason

@@ -305,7 +305,7 @@ class Runtime:
                         succeeded, at=self.wall_clock(), t=now, tool_id=tool_id, call_id=call_id,
                         turn_id=turn_id, attempts=attempt, latency_ms=(now - start) * 1000.0,
                         attempt_ms=(now - attempt_start) * 1000.0,
-                        value=recorded_value(self.redaction, manifest, args, value) if self.record else None,
+                        value=self._recorded(manifest, args, value, call) if self.record else None,
                     )  # fmt: skip
                     if trace is not None:
                         trace.append(succeeded)
@@ -323,6 +323,12 @@ class Runtime:
             if isinstance(next_step, CallResult):
                 return next_step
             permit, now = next_step, clock()  # admitted to retry
+
+    def _recorded(self, manifest: ToolManifest, args: dict[str, Any], value: Any, call: Call | None) -> Any:
+        """A result as recording mode keeps it: redacted, a secret idempotency key included."""
+        return recorded_value(
+            self.redaction, manifest, args, value, call.secret_key if call is not None else None
+        )
 
     def _unstarted(self) -> tuple[Callable[[], float], Callable[[], CancelScope], bool]:
         """A call's clock, scope factory and supervision while the engine is not started: on

@@ -22,7 +22,23 @@ engine draws the same ones: do not let two runs of one seed reach a real service
 The key is passed as the named argument (a copy of the arguments: the caller's are never changed)
 and, for either form, through :func:`engine.idempotency_key` while each attempt runs (an MCP
 tool's request carries it in ``_meta``). It is announced as :class:`IdempotencyKeyAssigned` and
-shown to a custom handler as ``FailureContext.idempotency_key``.
+shown to a custom handler as ``FailureContext.idempotency_key``. A streaming tool finds it for
+every chunk: :mod:`engine.streams` sets it again around each read (the generator then runs in
+the consumer's task, outside any attempt) and as the stream closes.
+
+A key under a secret field (the keyed argument — for ``key: context``, the caller's keyword —
+is one under the tool's redaction policy, e.g. listed in the manifest's ``secret_fields``) is
+masked wherever the engine writes it: the event, the retry's reason (the pipeline's
+``Call.shown_key``), a turn's own key in ``TurnStarted.spec`` (:mod:`engine.traced_spec`), and
+any error text, handler reason or recorded result quoting it (``Call.secret_key``). The tool
+and a handler get it whole.
+
+Counts (the strategy's facts, in ``engine.stats()`` and ``FailureContext.strategies``):
+``keyed_calls``, and ``resends`` — attempts re-sent under a key after an ambiguous failure. The
+strategy learns of one in two steps: ``attempt_failed`` marks a keyed call whose attempt failed
+ambiguously, and the call's next attempt, when it is let through (``admit_now``, where the key
+is set for it), is counted. Not at ``retry_refusal``: a retry consented to there may still be
+refused before it is sent (the breaker opened during the backoff, a full bulkhead).
 """
 
 from engine.strategies.idempotency.events import IdempotencyKeyAssigned

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from pydantic import Field
 
 from engine.strategies.base import StrategyOptions
+from engine.strategies.idempotency.keys import CALLER_KEYWORD
+
+if TYPE_CHECKING:
+    from engine.redaction import RedactionPolicy
 
 CONTEXT = "context"
 """``key: context``: the tool reads its key with :func:`engine.idempotency_key` instead of an argument."""
@@ -24,6 +28,12 @@ class IdempotencyOptions(StrategyOptions):
     def argument(self) -> str | None:
         """The argument the key is passed as, or None when the tool reads it from the context."""
         return None if self.key == CONTEXT else self.key
+
+    def hides_key(self, policy: RedactionPolicy) -> bool:
+        """Whether the key is a secret under ``policy`` (the tool's: the engine's, extended by the
+        manifest's ``secret_fields``): its keyed argument — for ``key: context``, the caller's
+        keyword ``idempotency_key`` — is a secret field. Events then show it masked."""
+        return policy.enabled and policy.is_secret_field(self.argument or CALLER_KEYWORD)
 
 
 def keying(strategies: Mapping[str, StrategyOptions]) -> IdempotencyOptions | None:
