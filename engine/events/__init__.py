@@ -59,7 +59,7 @@ from engine.events.manifests import (
     ManifestRemoved,
     SharedStrategiesChanged,
 )
-from engine.events.fleet import FleetRestored, FleetUnavailable
+from engine.events.fleet import FleetRateFellBack, FleetRateRecovered, FleetRestored, FleetUnavailable
 from engine.events.lifecycle import OverridesForgotten, RecordingStarted, ToolRegistered
 from engine.strategies.bulkhead.events import BulkheadQueued, BulkheadRejected
 from engine.strategies.budget.events import RetryBudgetSpent
@@ -77,7 +77,7 @@ __all__ = [
     "BreakerHalfOpened", "BreakerOpened", "BreakerReset", "BreakerRestored", "BreakerTransitioned",
     "BreakerTripped", "BulkheadQueued", "BulkheadRejected", "CallEscalated", "CallFailed", "CallRejected",
     "CallSkipped", "CallSucceeded", "CooldownEnded", "CooldownStarted", "DefaultUsed", "DependencyBlocked",
-    "Event", "FleetRestored",
+    "Event", "FleetRateFellBack", "FleetRateRecovered", "FleetRestored",
     "FleetUnavailable", "HandlerFailed", "ManifestLoaded", "ManifestRefused", "ManifestRejected",
     "ManifestRemoved", "OverridesForgotten", "RateLimitRejected", "RateLimitWaited", "RecordingStarted",
     "RetryBudgetSpent",

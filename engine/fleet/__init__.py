@@ -49,6 +49,7 @@ from engine.fleet.keys import FleetKeys
 from engine.fleet.view import (
     FleetBudget,
     FleetBulkhead,
+    FleetCooldown,
     FleetView,
     MemberView,
     StreamBatch,
@@ -72,6 +73,7 @@ __all__ = [
     "FleetClient",
     "FleetConfig",
     "FleetConfigError",
+    "FleetCooldown",
     "FleetKeys",
     "FleetView",
     "MemberView",
