@@ -146,9 +146,8 @@ class SharedRateLimits:
         for tool, strategy in strategies.items():
             bucket = strategy.state.bucket
             if isinstance(bucket, LeasedBucket):
-                want = bucket.wanted(strategy.state.waiting)
-                if want > 0:
-                    leasing.append((tool, bucket, strategy, want))
+                # every round trip, even for none: it also counts the live members (the share)
+                leasing.append((tool, bucket, strategy, bucket.wanted(strategy.state.waiting)))
         if not cooling and not leasing:
             return plan
         keys = self.keys
