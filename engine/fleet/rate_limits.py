@@ -151,13 +151,15 @@ class SharedRateLimits:
         if not cooling and not leasing:
             return plan
         keys = self.keys
+        # Joining, or back: a record Redis lacks may be one it lost (restarted empty), not a reset.
+        baseline = self._rejoin or not self.available
         rate_args = [a for _, b, _, want in leasing for a in (repr(b.rate), b.capacity, want)]
         command = (
             "EVAL", RATE_SYNC, 1 + len(cooling) + len(leasing), keys.members,
             *(keys.cooldown(t) for t in cooling), *(keys.rate(t) for t, _, _, _ in leasing),
             len(cooling), len(leasing), int(self.config.stale_s * 1000), *rate_args,
         )  # fmt: skip
-        plan.append((command, lambda reply: self._apply(reply, cooling, leasing)))
+        plan.append((command, lambda reply: self._apply(reply, cooling, leasing, baseline)))
         return plan
 
     def _publish(self, tool: str, cooldown: Cooldown, now: float) -> list[tuple[Command, Handler | None]]:
@@ -199,6 +201,7 @@ class SharedRateLimits:
         reply: Any,
         cooling: list[str],
         leasing: list[tuple[str, LeasedBucket, RateLimitStrategy, int]],
+        baseline: bool,
     ) -> None:
         now_raw, live, cooldowns, grants = reply
         now_ms = int(now_raw)
@@ -210,7 +213,7 @@ class SharedRateLimits:
         for tool, raw in zip(cooling, cooldowns, strict=True):
             strategy = registered.get(tool)
             if strategy is not None:  # else unregistered during the round trip
-                self._apply_cooldown(tool, strategy, raw, now_ms, now)
+                self._apply_cooldown(tool, strategy, raw, now_ms, now, baseline)
         for (_, bucket, strategy, _), granted in zip(leasing, grants, strict=True):
             if strategy.state.bucket is bucket:
                 bucket.lease_granted(int(granted), self.members, now)
@@ -221,7 +224,7 @@ class SharedRateLimits:
                 held.members = self.members
 
     def _apply_cooldown(
-        self, tool: str, strategy: RateLimitStrategy, raw: Any, now_ms: int, now: float
+        self, tool: str, strategy: RateLimitStrategy, raw: Any, now_ms: int, now: float, baseline: bool
     ) -> None:
         assert self.key is not None
         shared = self._tools.setdefault(tool, _Shared())
@@ -235,9 +238,14 @@ class SharedRateLimits:
             return
         limiter = strategy.state
         if found is None:
-            held, shared.held = shared.held, None
+            held = shared.held
             if held is None or held.until_ms <= now_ms:
+                shared.held = None
                 return  # none stood, or it ran out
+            if baseline:
+                self._rejoin = True  # Redis lost it: published again on the next round trip
+                return
+            shared.held = None
             # Deleted before its end: an operator reset the tool somewhere.
             current = limiter.cooldown
             if current is shared.learned or current is shared.published:

@@ -251,3 +251,32 @@ async def test_without_a_fleet_key_cooldowns_stay_local_and_it_says_so_once(
             assert not r.exists(FleetKeys(ns).cooldown("api"))
         lines = [m for m in caplog.messages if "cooldowns are not shared" in m]
         assert len(lines) == 2, lines  # once per process
+
+
+async def test_a_redis_restarted_empty_gets_the_cooldown_back_with_the_same_end(
+    own_redis: RedisServer,
+) -> None:
+    """LiteLLM's lost TTLs: a cooldown is never re-armed as a fresh duration nor dropped because
+    Redis forgot it — the processes keep its absolute end, and publish it again as it was signed."""
+    url = own_redis.url("restart", **FAST)
+    keys = FleetKeys("restart")
+    async with AsyncExitStack() as stack:
+        a, b = await join(stack, 2, url)
+        await a_429(a, 30)
+        await eventually(b.cooling, "b learns it", 2)
+        with own_redis.client() as r:
+            ends_at = r.pexpiretime(keys.cooldown("api"))
+        b_left = float(b.facts()["cooldown_remaining_s"])
+        own_redis.kill()
+        await eventually(lambda: all(p.events.of("FleetUnavailable") for p in (a, b)), "both alone", 5)
+        assert a.cooling() and b.cooling(), "Redis away: the cooldown holds"
+        own_redis.start()  # empty: nothing was saved
+        await eventually(lambda: all(p.events.of("FleetRestored") for p in (a, b)), "both back", 10)
+        with own_redis.client() as r:
+            await eventually(lambda: r.exists(keys.cooldown("api")) == 1, "published again", 2)
+            assert abs(r.pexpiretime(keys.cooldown("api")) - ends_at) <= 5, "the same end, not a fresh 30 s"
+            assert r.hget(keys.cooldown("api"), "member") == a.fleet.member.id
+        await anyio.sleep(SYNC_MS * 5 / 1000)
+        assert a.cooling() and b.cooling()
+        assert a.events.of("CooldownEnded") == [] and b.events.of("CooldownEnded") == []
+        assert float(b.facts()["cooldown_remaining_s"]) < b_left, "counting down to the same end"
