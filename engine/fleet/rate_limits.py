@@ -117,12 +117,17 @@ class SharedRateLimits:
     # --- what happened here ----------------------------------------------------------------------
 
     def after_local(self, events: list[Event]) -> None:
-        """A reset here ends the tool's cooldown fleet-wide: its record is deleted."""
+        """A reset here ends the tool's cooldown fleet-wide: its record is deleted. Any other end
+        (one that ran out, the fleet's own reset of a tool it forced open) forgets the record read,
+        so that one still standing is applied again."""
         for event in events:
-            if type(event) is CooldownEnded and event.how == "reset" and event.actor != self.actor:
+            if type(event) is not CooldownEnded:
+                continue
+            shared = self._tools.setdefault(event.tool_id, _Shared())
+            shared.held = None
+            if event.how == "reset" and event.actor != self.actor:
                 self._pending.append(("DEL", self.keys.cooldown(event.tool_id)))
-                shared = self._tools.setdefault(event.tool_id, _Shared())
-                shared.held = shared.published = shared.learned = None
+                shared.published = shared.learned = None
 
     def plan(self) -> list[tuple[Command, Handler | None]]:
         """This round trip's commands: deletions, publications, then the one read and lease."""
@@ -261,8 +266,10 @@ class SharedRateLimits:
         if shared.held is not None and shared.held.identity == found.identity:
             return  # known already
         shared.held = found
-        if found.member == self.member.id or found.until_ms <= now_ms:
-            return
+        if found.until_ms <= now_ms or (
+            found.member == self.member.id and limiter.cooldown is shared.published
+        ):
+            return  # over, or ours and in force here
         until = now + (found.until_ms - now_ms) / 1000.0
         extended = limiter.cooldown.active and limiter.cooldown.until > now
         started_at = now - max(0, now_ms - found.started_ms) / 1000.0

@@ -280,3 +280,27 @@ async def test_a_redis_restarted_empty_gets_the_cooldown_back_with_the_same_end(
         assert a.cooling() and b.cooling()
         assert a.events.of("CooldownEnded") == [] and b.events.of("CooldownEnded") == []
         assert float(b.facts()["cooldown_remaining_s"]) < b_left, "counting down to the same end"
+
+
+async def test_a_tool_forced_open_while_redis_was_away_gets_the_fleet_cooldown_back(
+    own_redis: RedisServer,
+) -> None:
+    """``fail_closed`` resets the tools it forced open once Redis is back; that reset ends the
+    local cooldown, but not the fleet's: the record still standing is applied again."""
+    url = own_redis.url("forced", **FAST)
+    closed_url = own_redis.url("forced", **FAST, on_unavailable="fail_closed", fail_closed_tools="api")
+    engines = [await new_engine(*manifests()) for _ in range(2)]
+    async with AsyncExitStack() as stack:
+        (a,) = await join(stack, engines[:1], url)
+        (b,) = await join(stack, engines[1:], closed_url)
+        await a_429(a, 30)
+        await eventually(b.cooling, "b learns it", 2)
+        own_redis.kill()
+        await eventually(lambda: bool(b.events.of("FleetUnavailable")), "b forces api open", 5)
+        own_redis.start()
+        await eventually(lambda: bool(b.events.of("BreakerReset")), "b resets what it forced", 10)
+        (ended,) = b.events.of("CooldownEnded")
+        assert ended.actor == "fleet"
+        await eventually(lambda: len(b.events.of("CooldownStarted")) == 2, "b learns it again", 3)
+        assert b.cooling() and 25 < float(b.facts()["cooldown_remaining_s"]) < 30
+        assert b.events.of("CooldownStarted")[-1].started_by == a.fleet.member.id
