@@ -8,7 +8,9 @@ stands (same methods, same arithmetic for the limiter's line). Two modes:
   lease comes (:meth:`lease_granted`). What to ask for next is sized to what the process used since
   the last lease (×1.25, plus the attempts waiting, plus one), doubled while it ran dry, at most
   two sync periods of the whole fleet's rate: a quiet process holds little, a busy one keeps up.
-  A waiter's turn is estimated from the next lease and the fleet share.
+  A waiter's turn is estimated from the next lease and the fleet share. A lease overdue by
+  :data:`OVERDUE_PERIODS` sync periods (Redis slow, paused, not yet known to be away) lets the pool
+  refill locally at the fleet share meanwhile: calls never stall on a slow Redis.
 * **fallback** (Redis away): a local token bucket at the fleet share, ``rate_per_s / live
   members`` (members alive at the last round trip), so the fleet as a whole stays near its rate.
 """
@@ -25,10 +27,13 @@ GROWTH = 1.25
 """A lease asks for this much more than the process used in the last period."""
 PERIODS_HELD = 2.0
 """A process holds at most this many sync periods of the whole fleet's rate."""
+OVERDUE_PERIODS = 2.0
+"""A lease this many sync periods late: the pool refills at the fleet share until one comes."""
 
 
 class LeasedBucket(TokenBucket):
-    """The fleet's rate ``rate_per_s`` (``burst``) as one process spends it; ``period_s``: the sync period."""
+    """The fleet's rate ``rate_per_s`` (``burst``) as one process spends it from ``now`` on (its
+    first lease due a sync period, ``period_s``, later)."""
 
     __slots__ = (
         "fallback",
@@ -41,14 +46,15 @@ class LeasedBucket(TokenBucket):
         "used",
     )
 
-    def __init__(self, rate_per_s: float, burst: int, period_s: float, tokens: float = 0.0) -> None:
+    def __init__(self, rate_per_s: float, burst: int, period_s: float, now: float) -> None:
         super().__init__(rate_per_s, burst)
         self.period_s = max(period_s, 0.001)
-        self.tokens = min(tokens, float(self.max_lease))
+        self.tokens = 0.0
+        self.stamp = now
         self.members = 1
         """Live members at the last round trip: the fleet share is ``rate / members``."""
         self.fallback = False
-        self.next_lease_at = -math.inf
+        self.next_lease_at = now + self.period_s
         self.used = 0
         """Tokens taken since the last lease was asked for."""
         self.starved = False
@@ -79,15 +85,23 @@ class LeasedBucket(TokenBucket):
 
     # --- the limiter's interface -----------------------------------------------------------------
 
+    @property
+    def overdue_at(self) -> float:
+        """When the next lease is overdue: from then on the pool refills at the share."""
+        return self.next_lease_at + OVERDUE_PERIODS * self.period_s
+
     def level(self, now: float) -> float:
-        if not self.fallback or now <= self.stamp:
+        if self.fallback:
+            since, cap = self.stamp, float(self.share_burst)
+        else:
+            since, cap = max(self.stamp, self.overdue_at), max(self.tokens, float(self.share_burst))
+        if now <= since:
             return self.tokens
-        return min(float(self.share_burst), self.tokens + (now - self.stamp) * self.share)
+        return min(cap, self.tokens + (now - since) * self.share)
 
     def take(self, now: float) -> bool:
-        if self.fallback:
-            self.tokens = self.level(now)
-            self.stamp = max(self.stamp, now)
+        self.tokens = self.level(now)
+        self.stamp = max(self.stamp, now)
         if self.tokens >= 1.0 - EPSILON:
             self.tokens -= 1.0
             self.used += 1
@@ -105,11 +119,13 @@ class LeasedBucket(TokenBucket):
         tokens = self.level(start)
         if tokens >= count - EPSILON:
             return start
-        if self.fallback:
-            return start + (count - tokens) / self.share
-        # The next lease brings tokens; the fleet share estimates how many each lease brings.
+        local = max(start, self.overdue_at) + (count - tokens) / self.share
+        if self.fallback or start >= self.overdue_at:
+            return local if not self.fallback else start + (count - tokens) / self.share
+        # The next lease brings tokens (the fleet share estimates how many each brings); an overdue
+        # one, the share's refill.
         base = self.next_lease_at if self.next_lease_at > start else start + self.period_s
-        return base + max(0.0, count - tokens - 1.0) / self.share
+        return min(base + max(0.0, count - tokens - 1.0) / self.share, local)
 
     def reconfigure(self, rate_per_s: float, burst: int) -> None:
         self.rate = rate_per_s
@@ -141,7 +157,8 @@ class LeasedBucket(TokenBucket):
         """A lease came at ``now``; the next is due a sync period later."""
         self.members = max(members, 1)
         self.last_lease = granted
-        self.tokens = min(self.tokens + granted, float(self.max_lease))
+        self.tokens = min(self.level(now) + granted, float(self.max_lease))
+        self.stamp = now
         self.next_lease_at = now + self.period_s
 
     def fall_back(self, now: float) -> None:

@@ -294,7 +294,7 @@ class SharedRateLimits:
             if bucket is None or options.rate_per_s is None:
                 continue
             if options.scope == "fleet" and not isinstance(bucket, LeasedBucket):
-                leased = LeasedBucket(options.rate_per_s, options.bucket_size, self.period_s)
+                leased = LeasedBucket(options.rate_per_s, options.bucket_size, self.period_s, now)
                 leased.members = self.members
                 limiter.bucket = leased
                 if not self.available:

@@ -9,6 +9,7 @@ fleet's combined rate over 10 s with real processes in tests/reliability/test_fl
 
 from __future__ import annotations
 
+import signal
 import time
 from contextlib import AsyncExitStack
 from typing import Any
@@ -157,3 +158,26 @@ async def test_a_process_scope_rate_takes_no_lease(
         assert "fleet_rate" not in facts(engine)
         with redis_server.client() as r:
             assert not r.exists(FleetKeys(ns).rate("api"))
+
+
+async def test_calls_go_on_at_the_share_while_redis_is_paused_never_waiting_on_it(
+    own_redis: RedisServer,
+) -> None:
+    """Redis paused (SIGSTOP: it answers nothing, nor refuses) for a second — before the process
+    can know it is away — the calls go on: a lease overdue lets the pool refill at the share."""
+    engine = await new_engine(manifest(40, 4))
+    counter = Counter()
+    engine.register("api", counter)
+    async with Fleet(engine, own_redis.url("paused", **FAST)):
+        assert own_redis.process is not None
+        await hammer(engine, time.monotonic() + 0.3)  # leasing
+        own_redis.process.send_signal(signal.SIGSTOP)
+        try:
+            start = time.monotonic()
+            await hammer(engine, start + 1.0)
+        finally:
+            own_redis.process.send_signal(signal.SIGCONT)
+        done = len([t for t in counter.times if start <= t <= start + 1.0])
+        assert 0.6 * 40 <= done <= 40 + 4 + 2, done
+        await eventually(lambda: facts(engine)["fleet_rate"]["mode"] == "lease", "leasing again", 10)
+        assert await engine.call("api") == "ok"
