@@ -3,7 +3,8 @@ by every process, and a ``scope: fleet`` rate's one bucket, from which each proc
 
 Times are the Redis server's (``TIME``): a cooldown's end is stored as the server's wall-clock
 time in ms and the key expires at it (``PEXPIREAT``), so its end is never re-armed as a fresh TTL
-by whoever copies it. Every key has an expiry.
+by whoever copies it. Every key has an expiry. A key of another type (nobody of ours wrote it)
+is read as no record and replaced: it never fails the round trip that carries everything else.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ PUBLISH_COOLDOWN = (
 local until_ms = tonumber(ARGV[1])
 if not until_ms or until_ms <= now then return 0 end
 if ARGV[2] ~= '1' then
-  local current = tonumber(redis.call('HGET', KEYS[1], 'until_ms'))
+  local current = tonumber(redis.pcall('HGET', KEYS[1], 'until_ms'))  -- not a hash: replaced
   if current and current >= until_ms then return 0 end
 end
 redis.call('DEL', KEYS[1])
@@ -37,12 +38,17 @@ RATE_SYNC = (
 local n, m = tonumber(ARGV[1]), tonumber(ARGV[2])
 local live = redis.call('ZCOUNT', KEYS[1], now - tonumber(ARGV[3]), '+inf')
 local cooldowns = {}
-for i = 1, n do cooldowns[i] = redis.call('HGETALL', KEYS[1 + i]) end
+for i = 1, n do
+  local record = redis.pcall('HGETALL', KEYS[1 + i])
+  if record.err then record = {'mac', 'not a hash'} end  -- nobody of ours wrote it: unreadable
+  cooldowns[i] = record
+end
 local grants = {}
 for j = 1, m do
   local key = KEYS[1 + n + j]
   local rate, capacity, want = tonumber(ARGV[1 + 3 * j]), tonumber(ARGV[2 + 3 * j]), tonumber(ARGV[3 + 3 * j])
-  local h = redis.call('HMGET', key, 'tokens', 'stamp')
+  local h = redis.pcall('HMGET', key, 'tokens', 'stamp')
+  if h.err then redis.call('DEL', key); h = {} end  -- not a hash: nobody of ours wrote it
   local tokens, stamp = tonumber(h[1]), tonumber(h[2])
   -- a vanished key (expired: full again) or a value nobody of ours wrote reads as a full bucket
   if not tokens or not stamp or tokens ~= tokens or stamp ~= stamp or stamp > now then
@@ -52,7 +58,8 @@ for j = 1, m do
   local grant = math.max(0, math.min(want, math.floor(tokens)))
   tokens = tokens - grant
   redis.call('HSET', key, 'tokens', tostring(tokens), 'stamp', now)
-  redis.call('PEXPIRE', key, math.ceil((capacity - tokens) / rate * 1000) + 1000)
+  -- full again by then (a week at most: an absurdly slow rate still gets an expiry Redis takes)
+  redis.call('PEXPIRE', key, math.min(math.ceil((capacity - tokens) / rate * 1000) + 1000, 604800000))
   grants[j] = grant
 end
 return {tostring(now), live, cooldowns, grants}

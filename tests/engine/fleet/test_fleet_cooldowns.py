@@ -305,3 +305,25 @@ async def test_a_tool_forced_open_while_redis_was_away_gets_the_fleet_cooldown_b
         await eventually(lambda: len(b.events.of("CooldownStarted")) == 2, "b learns it again", 3)
         assert b.cooling() and 25 < float(b.facts()["cooldown_remaining_s"]) < 30
         assert b.events.of("CooldownStarted")[-1].started_by == a.fleet.member.id
+
+
+async def test_keys_of_another_type_are_replaced_never_failing_the_round_trip(
+    redis_server: RedisServer, request: pytest.FixtureRequest
+) -> None:
+    ns = namespace(request)
+    keys = FleetKeys(ns)
+    with redis_server.client() as r:
+        r.set(keys.cooldown("api"), "not a hash")
+        r.lpush(keys.rate("api"), "not a hash")
+    limit = {"rate_per_s": 10, "burst": 2, "max_wait_ms": 2000, "scope": "fleet"}
+    engines = [await new_engine(ToolManifest(id="api", rate_limit=limit)) for _ in range(2)]  # type: ignore[call-arg]
+    async with AsyncExitStack() as stack:
+        a, b = await join(stack, engines, redis_server.url(ns, **FAST))
+        rounds = a.fleet.round_trips
+        await eventually(lambda: a.fleet.round_trips > rounds + 3, "round trips go on", 2)
+        assert a.fleet.available and b.fleet.available
+        assert await a.engine.call("api") == "ok"
+        await a_429(a, 30)
+        await eventually(b.cooling, "b learns a's cooldown, the odd key replaced", 2)
+        with redis_server.client() as r:
+            assert r.type(keys.cooldown("api")) == "hash" and r.type(keys.rate("api")) == "hash"
