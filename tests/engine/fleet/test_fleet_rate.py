@@ -12,6 +12,7 @@ from __future__ import annotations
 import signal
 import time
 from contextlib import AsyncExitStack
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -181,3 +182,28 @@ async def test_calls_go_on_at_the_share_while_redis_is_paused_never_waiting_on_i
         assert 0.6 * 40 <= done <= 40 + 4 + 2, done
         await eventually(lambda: facts(engine)["fleet_rate"]["mode"] == "lease", "leasing again", 10)
         assert await engine.call("api") == "ok"
+
+
+TOOL = "tool:\n  id: api\n  side_effect: read_only\n  retry_policy: {max_attempts: 1}\n"
+
+
+async def test_a_reload_keeps_the_lease_and_a_scope_change_gives_the_bucket_back(
+    redis_server: RedisServer, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    (tmp_path / "api.yaml").write_text(TOOL + "  rate_limit: {rate_per_s: 50, burst: 5, scope: fleet}\n")
+    engine = Engine(tmp_path)
+    engine.register("api", Counter())
+    async with Fleet(engine, redis_server.url(namespace(request), **FAST)):
+        limiter = engine.runtime.tool("api").pipeline.own("rate_limit").state  # type: ignore[union-attr]
+        leased = limiter.bucket
+        assert isinstance(leased, LeasedBucket)
+        (tmp_path / "api.yaml").write_text(TOOL + "  rate_limit: {rate_per_s: 20, burst: 2, scope: fleet}\n")
+        engine.reload_manifests()
+        assert limiter.bucket is leased and (leased.rate, leased.burst) == (20, 2), "the same lease, new rate"
+        assert facts(engine)["fleet_rate"]["mode"] == "lease"
+        (tmp_path / "api.yaml").write_text(
+            TOOL + "  rate_limit: {rate_per_s: 20, burst: 2, scope: process}\n"
+        )
+        engine.reload_manifests()
+        await eventually(lambda: type(limiter.bucket) is TokenBucket, "its own bucket back", 2)
+        assert "fleet_rate" not in facts(engine) and await engine.call("api") == "ok"
