@@ -59,7 +59,7 @@ from engine.events.manifests import (
     ManifestRemoved,
     SharedStrategiesChanged,
 )
-from engine.events.fleet import FleetRestored, FleetUnavailable
+from engine.events.fleet import FleetRateFellBack, FleetRateRecovered, FleetRestored, FleetUnavailable
 from engine.events.lifecycle import OverridesForgotten, RecordingStarted, ToolRegistered
 from engine.strategies.bulkhead.events import BulkheadQueued, BulkheadRejected
 from engine.strategies.budget.events import RetryBudgetSpent
@@ -79,9 +79,9 @@ __all__ = [
     "BreakerHalfOpened", "BreakerOpened", "BreakerReset", "BreakerRestored", "BreakerTransitioned",
     "BreakerTripped", "BulkheadQueued", "BulkheadRejected", "CallEscalated", "CallFailed", "CallRejected",
     "CallSkipped", "CallSucceeded", "CooldownEnded", "CooldownStarted", "DefaultUsed", "DependencyBlocked",
-    "Event", "FleetRestored", "FleetUnavailable", "HandlerFailed", "IdempotencyKeyAssigned", "ManifestLoaded",
-    "ManifestRefused", "ManifestRejected", "ManifestRemoved", "OverridesForgotten", "RateLimitRejected",
-    "RateLimitWaited", "RecordingStarted", "RetryBudgetSpent",
+    "Event", "FleetRateFellBack", "FleetRateRecovered", "FleetRestored", "FleetUnavailable", "HandlerFailed",
+    "IdempotencyKeyAssigned", "ManifestLoaded", "ManifestRefused", "ManifestRejected", "ManifestRemoved",
+    "OverridesForgotten", "RateLimitRejected", "RateLimitWaited", "RecordingStarted", "RetryBudgetSpent",
     "SharedStrategiesChanged", "StreamEnded", "ToolEvent", "ToolRegistered", "ToolResultSent",
     "ToolTimedOut", "TurnCanceled", "TurnDeadlineExceeded", "TurnFinished", "TurnInterrupted",
     "TurnStarted", "event_from_dict", "vocabulary_markdown",

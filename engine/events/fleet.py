@@ -34,3 +34,37 @@ class FleetRestored(Event):
 
     def describe(self) -> str:
         return f"fleet {self.namespace} restored: Redis {self.server} answers after {self.down_s:.1f}s"
+
+
+@dataclass(slots=True, kw_only=True)
+class FleetRateFellBack(Event):
+    """Redis is away: a ``scope: fleet`` rate limit runs on this process's share of the fleet's rate.
+
+    The share is ``rate_per_s / members``, the members alive at the last round trip."""
+
+    tool_id: str
+    rate_per_s: float
+    share_per_s: float
+    members: int
+
+    def describe(self) -> str:
+        return (
+            f"{self.tool_id} fleet rate {self.rate_per_s:g}/s: Redis away, this process runs on its share "
+            f"{self.share_per_s:g}/s ({self.members} members)"
+        )
+
+
+@dataclass(slots=True, kw_only=True)
+class FleetRateRecovered(Event):
+    """Redis answers again: a ``scope: fleet`` rate limit leases from the fleet's bucket again."""
+
+    tool_id: str
+    rate_per_s: float
+    fallback_s: float
+    """How long it ran on its share."""
+
+    def describe(self) -> str:
+        return (
+            f"{self.tool_id} fleet rate {self.rate_per_s:g}/s shared again after {self.fallback_s:.1f}s"
+            " on its share"
+        )

@@ -14,7 +14,10 @@ the network — and a :class:`Fleet` task applies, between calls, what the fleet
   within ``window_s``, so one bad node cannot open it for the others (a process joining within
   that open period opens it for the rest of the period);
 * live events: every process appends its events, in batches, to a capped Redis stream
-  (:func:`tail_events`); the SQLite trace store stays per process.
+  (:func:`tail_events`); the SQLite trace store stays per process;
+* rate limits (:mod:`engine.fleet.rate_limits`): a tool's cooldown after a 429, started in one
+  process, is honoured by every process (signed, expiring at its end); a ``scope: fleet`` rate is
+  one budget for the fleet, leased from Redis each round trip (the fleet share while Redis is away).
 
 Redis unreachable is a policy (``on_unavailable``): ``local`` goes on alone, loudly
 (``FleetUnavailable`` / ``FleetRestored`` events), ``fail_closed`` forces the named tools open
@@ -49,6 +52,7 @@ from engine.fleet.keys import FleetKeys
 from engine.fleet.view import (
     FleetBudget,
     FleetBulkhead,
+    FleetCooldown,
     FleetView,
     MemberView,
     StreamBatch,
@@ -72,6 +76,7 @@ __all__ = [
     "FleetClient",
     "FleetConfig",
     "FleetConfigError",
+    "FleetCooldown",
     "FleetKeys",
     "FleetView",
     "MemberView",

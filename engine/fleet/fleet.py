@@ -43,13 +43,7 @@ import redis
 from anyio import current_time
 
 from engine.errors import one_line
-from engine.events import (
-    BreakerClosed,
-    BreakerOpened,
-    Event,
-    FleetRestored,
-    FleetUnavailable,
-)
+from engine.events import BreakerClosed, BreakerOpened, Event, FleetRestored, FleetUnavailable
 from engine.fleet.client import UNAVAILABLE, Command, FleetClient
 from engine.fleet.commands import load_fleet_key, stored_generation
 from engine.fleet.config import FleetConfig, as_config
@@ -58,6 +52,7 @@ from engine.fleet.keys import FleetKeys
 from engine.fleet.member import breaker_summary, heartbeat, strategy_summary, this_process
 from engine.fleet.outbox import event_entries
 from engine.fleet.overrides import STANDING_ACTIONS, standing_fields
+from engine.fleet.rate_limits import SharedRateLimits
 from engine.fleet.scripts import GENERATION_FIELD, PROBE_RESULT, RELEASE_LEASE, RENEW_LEASE, REPORT_OPEN, SYNC
 from engine.fleet.standing import OperatorState
 from engine.store.command_auth import DEFAULT_EXPIRY_S
@@ -119,6 +114,8 @@ class Fleet:
             engine, self.keys, self.member.id, guard, _NO_KEY if commands else _NO_COMMANDS
         )
         """The fleet's operator commands as this process takes them."""
+        self.rates = SharedRateLimits(engine, self.keys, self.member, key, self.config, FLEET_ACTOR)
+        """The tools' rate limits shared: cooldowns, and ``scope: fleet`` rates leased."""
         self._outbox: deque[Event] = deque()
         """Filled by a direct subscriber (an append: calls pay nothing more), emptied by :meth:`tick`."""
         self._unsent: deque[Event] = deque()
@@ -200,6 +197,7 @@ class Fleet:
         finally:
             forget_hook()
             self._unsubscribe()
+            self.rates.detach()
             held = list(self._leases)
             self._lift_gates()
             with anyio.CancelScope(shield=True), anyio.move_on_after(self.config.timeout_ms / 1000.0):
@@ -226,6 +224,7 @@ class Fleet:
         now = time.monotonic()
         fresh = self._drain()
         self._after_local(fresh)
+        self.rates.after_local(fresh)
         self._half_open_due()
         permit = self.health.admit(now)
         if permit is None:  # Redis away: wait for the next reconnection attempt
@@ -247,10 +246,11 @@ class Fleet:
             beat = heartbeat(
                 self.keys, self.config, self.member, breaker_summary(self.engine, stats),
                 redis_available=True, events_dropped=self.events_dropped, strategies=strategies,
-                shared_budget=shared_budget,
+                shared_budget=shared_budget, rate_limits=self.rates.summary(),
             )  # fmt: skip
             plan.append((beat, None))
         plan += self._lease_attempts(now)
+        plan += self.rates.plan()
         tools = list(self.engine.tool_ids)
         joining = self._baseline
         late = self._late & set(tools)
@@ -565,6 +565,7 @@ class Fleet:
 
     def _became_unavailable(self) -> None:
         self._lift_gates()  # every process decides alone now
+        self.rates.unavailable()
         forced = []
         for tool in self.config.forced_when_unavailable(list(self.engine.tool_ids)):
             if self.engine.breaker(tool).state is not BreakerState.FORCED_OPEN:
@@ -584,6 +585,7 @@ class Fleet:
         # The tools forced open stay so until the next round trip brings the standing state
         # (:meth:`_release_forced`): one the operators tripped meanwhile is never closed between.
         self._install_gates()  # the probe is the fleet's again
+        self.rates.restored()
         self._baseline = True
         self._next_beat = 0.0
         event = FleetRestored(

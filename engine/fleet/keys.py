@@ -21,6 +21,10 @@ key                      type        holds
 ``fleet_opens``          sorted set  tool → when its fleet-wide open period ends (server ms)
 ``override:<tool>``      hash        the fleet's last operator command on the tool, signed (no TTL)
 ``standing``             set         the tools with an ``override:<tool>``
+``cooldown:<tool>``      hash        a rate-limit cooldown, signed: until_ms (server ms), member, host,
+                                     pid, call, mac… (expires at until_ms: ``PEXPIREAT``)
+``rate:<tool>``          hash        a ``scope: fleet`` rate's bucket: tokens, stamp (server ms);
+                                     expires once it would be full again (a vanished key reads full)
 =======================  ==========  ======================================================
 """
 
@@ -82,6 +86,12 @@ class FleetKeys:
     @property
     def standing(self) -> str:
         return self.prefix + "standing"
+
+    def cooldown(self, tool_id: str) -> str:
+        return self.prefix + "cooldown:" + tool_id
+
+    def rate(self, tool_id: str) -> str:
+        return self.prefix + "rate:" + tool_id
 
 
 __all__ = ["FleetKeys"]

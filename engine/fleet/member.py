@@ -122,9 +122,12 @@ def heartbeat(
     events_dropped: int,
     strategies: dict[str, dict[str, int]] | None = None,
     shared_budget: dict[str, int] | None = None,
+    rate_limits: dict[str, dict[str, Any]] | None = None,
 ) -> Command:
     """The one script call that says ``member`` is alive, with its breakers and its strategies'
-    figures (:func:`strategy_summary`; a record without them is an older member's)."""
+    figures (:func:`strategy_summary`; a record without them is an older member's), and its rate
+    limits (:meth:`~engine.fleet.rate_limits.SharedRateLimits.summary`: each tool's cooldown end
+    and who started it, a fleet-wide rate's lease or fallback)."""
     compact = (",", ":")
     fields = {
         "id": member.id, "host": member.host, "pid": member.pid, "version": member.version,
@@ -132,6 +135,7 @@ def heartbeat(
         "redis_available": int(redis_available), "events_dropped": events_dropped,
         "strategies": json.dumps(strategies or {}, separators=compact),
         "shared_budget": json.dumps(shared_budget, separators=compact),
+        "rate_limits": json.dumps(rate_limits or {}, separators=compact),
     }  # fmt: skip
     flat = [str(item) for pair in fields.items() for item in pair]
     ttl_ms = int(config.gone_s * 1000)

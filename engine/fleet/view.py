@@ -45,6 +45,23 @@ class MemberView:
     (:func:`~engine.fleet.member.strategy_summary`); empty from an older member."""
     shared_budget: dict[str, int] | None = None
     """The engine-wide retry budget's figures in this process; None without one (or an older member)."""
+    rate_limits: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Tool → its rate limit in this process (:meth:`~engine.fleet.rate_limits.SharedRateLimits.summary`):
+    its cooldown's end (server ms, 0: none) and who started it, a fleet-wide rate's lease or fallback."""
+
+
+@dataclass(frozen=True, slots=True)
+class FleetCooldown:
+    """A tool's fleet-wide cooldown as its record in Redis holds it (each process checks the
+    record's MAC before honouring it; a reader without the key cannot)."""
+
+    until: float
+    """When it ends: the Redis server's wall-clock time, in seconds."""
+    started_by: str
+    """The member whose call's rate-limit error started it."""
+    host: str
+    remaining_s: float
+    """Seconds left, by the server's clock."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +110,8 @@ class ToolView:
     """None when no process reports a bulkhead for the tool (none has one, or all are older)."""
     budget: FleetBudget | None = None
     """The tool's own retry budgets; None when no process reports one."""
+    cooldown: FleetCooldown | None = None
+    """Its fleet-wide rate-limit cooldown, while one stands."""
 
     @property
     def processes(self) -> int:
@@ -123,9 +142,11 @@ def fold_fleet(
     *,
     stale_s: float,
     gone_s: float,
+    cooldowns: dict[str, dict[str, str]] | None = None,
 ) -> FleetView:
     """The view from what Redis holds: ``beats`` (member → last beat, ms, from the index),
-    ``records`` (member → its hash; missing or empty: expired) and ``leases`` (tool → holder)."""
+    ``records`` (member → its hash; missing or empty: expired), ``leases`` (tool → holder) and
+    ``cooldowns`` (tool → its cooldown record's hash)."""
     members = []
     tools: dict[str, dict[str, Any]] = {}
     engine_wide: dict[str, int] = {}
@@ -152,6 +173,7 @@ def fold_fleet(
                 redis_available=record.get("redis_available", "1") == "1",
                 events_dropped=_int(record.get("events_dropped")),
                 strategies=strategies, shared_budget=shared_budget,
+                rate_limits=_breakers(record.get("rate_limits")),
             )
         )  # fmt: skip
         if status == "gone":
@@ -176,11 +198,27 @@ def fold_fleet(
         tool: ToolView(tool, dict(sorted(sums["states"].items())), leases.get(tool) or None,
                        sums["calls"], sums["errors"], sums["failures"], sums["rejections"],
                        FleetBulkhead(**sums["bulkhead"]) if sums["bulkhead"] else None,
-                       FleetBudget(**sums["budget"]) if sums["budget"] else None)
+                       FleetBudget(**sums["budget"]) if sums["budget"] else None,
+                       _cooldown((cooldowns or {}).get(tool), now_ms))
         for tool, sums in sorted(tools.items())
     }  # fmt: skip
     shared_view = FleetBudget(**engine_wide) if engine_wide else None
     return FleetView(namespace, now_ms / 1000.0, tuple(members), views, shared_view)
+
+
+def _cooldown(record: dict[str, str] | None, now_ms: float) -> FleetCooldown | None:
+    """A cooldown record as the view shows it; None when there is none, it is over or unreadable."""
+    if not record:
+        return None
+    try:
+        until_ms = int(record["until_ms"])
+        if until_ms <= now_ms:
+            return None
+        return FleetCooldown(
+            until_ms / 1000.0, record["member"], record.get("host", ""), (until_ms - now_ms) / 1000
+        )
+    except (KeyError, ValueError):  # a record nobody of ours wrote: no opinion
+        return None
 
 
 def _no_sums() -> dict[str, Any]:
@@ -247,11 +285,13 @@ async def read_fleet(target: FleetConfig | str | FleetClient) -> FleetView:
         hashes = await client.execute(*(("HGETALL", keys.member(m)) for m in ids)) if ids else []
         records = {m: dict(h or {}) for m, h in zip(ids, hashes, strict=True)}
         tools = sorted({t for r in records.values() for t in _breakers(r.get("breakers"))})
-        holders = await client.execute(*(("GET", keys.lease(t)) for t in tools)) if tools else []
-        leases = {t: (str(h) if h else None) for t, h in zip(tools, holders, strict=True)}
+        commands = [("GET", keys.lease(t)) for t in tools] + [("HGETALL", keys.cooldown(t)) for t in tools]
+        replies = await client.execute(*commands) if tools else []
+        leases = {t: (str(h) if h else None) for t, h in zip(tools, replies, strict=False)}
+        cooldowns = {t: dict(c or {}) for t, c in zip(tools, replies[len(tools) :], strict=True)}
         return fold_fleet(
             config.namespace, _server_ms(time_reply), beats, records, leases,
-            stale_s=config.stale_s, gone_s=config.gone_s,
+            stale_s=config.stale_s, gone_s=config.gone_s, cooldowns=cooldowns,
         )  # fmt: skip
     finally:
         if client is not target:
@@ -316,6 +356,7 @@ async def tail_events(
 __all__ = [
     "FleetBudget",
     "FleetBulkhead",
+    "FleetCooldown",
     "FleetView",
     "MemberStatus",
     "MemberView",

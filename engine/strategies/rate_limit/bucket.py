@@ -9,6 +9,8 @@ limiter can spend a lease of tokens through the same arithmetic.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any
 
 EPSILON = 1e-9
 """Tokens that rounding may lose: a token due at ``t`` is there at ``t`` however the floats fall."""
@@ -70,3 +72,7 @@ class TokenBucket:
         self.rate = rate_per_s
         self.burst = burst
         self.tokens = min(self.tokens, float(burst))
+
+    def shared_facts(self) -> Mapping[str, Any] | None:
+        """What a bucket shared with others adds to the limiter's facts (a fleet's lease); None here."""
+        return None

@@ -55,12 +55,15 @@ class CooldownStarted(ToolEvent):
     """What the error asked for; None: the manifest's ``cooldown_ms``."""
     extended: bool
     """A cooldown stood already and this one ends later."""
+    started_by: str | None = None
+    """None: a call of this process. From a fleet: the member (``host:pid:random``) whose call
+    (``call_id``) started it; this process learnt it on a sync round trip."""
 
     def describe(self) -> str:
         what = "extended" if self.extended else "started"
-        return (
-            f"{self.tool_id} cooldown {what} for {self.cooldown_s:g} s by {self.call_id}'s rate-limit error"
-        )
+        by = f" (fleet-wide, from {self.started_by})" if self.started_by else ""
+        error = f"{self.call_id}'s rate-limit error{by}"
+        return f"{self.tool_id} cooldown {what} for {self.cooldown_s:g} s by {error}"
 
 
 @dataclass(slots=True, kw_only=True)

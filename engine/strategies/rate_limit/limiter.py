@@ -208,6 +208,14 @@ class RateLimiter:
             if first and queue:
                 queue[0].event.set()
 
+    def refilled(self, now: float) -> None:
+        """Tokens came into the bucket from elsewhere (a fleet's lease): hand them out to the line
+        now; the first waiter left re-plans its watch."""
+        if self._queue:
+            self._dispatch(now)
+            if self._queue:
+                self._queue[0].event.set()
+
     # --- the cooldown -------------------------------------------------------------------------
 
     def extend_cooldown(self, cooldown: Cooldown, now: float) -> bool:

@@ -123,11 +123,15 @@ class RateLimitStrategy(Strategy[RateLimitOptions]):
         )  # fmt: skip
 
     def facts(self, now: float) -> Mapping[str, Any]:
-        return {
+        facts = {
             **asdict(self.state.snapshot(now)),
             "max_wait_ms": self.options.max_wait_ms,
             "scope": self.options.scope,
         }
+        shared = self.state.bucket.shared_facts() if self.state.bucket is not None else None
+        if shared is not None:  # a fleet's lease: its mode (lease or fallback) and share
+            facts["fleet_rate"] = dict(shared)
+        return facts
 
     def _notice_cooldown_end(self, call: CallView, now: float) -> None:
         ended = self.state.expire_cooldown(now)

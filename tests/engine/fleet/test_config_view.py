@@ -15,6 +15,7 @@ from engine.fleet import (
     FleetBulkhead,
     FleetConfig,
     FleetConfigError,
+    FleetCooldown,
     FleetKeys,
     Secret,
     fold_fleet,
@@ -215,3 +216,28 @@ def test_a_value_from_outside_is_shown_on_one_line_its_control_characters_escape
         == "cursor up\\x1b[1A, bell\\x07, nul\\x00, c1\\x9b"
     )
     assert one_line("tab\tstays") == "tab\tstays"
+
+
+def test_a_fleet_wide_cooldown_and_each_process_rate_limit_are_in_the_view() -> None:
+    now = 1_000_000.0
+    rate = {"api": {"scope": "fleet", "cooldown_until_ms": 1_030_000, "cooldown_by": "h:1:a", "tokens": 2,
+                    "mode": "lease", "last_lease": 3, "share_per_s": 20.0, "members": 2}}  # fmt: skip
+    records = {
+        "h:1:a": {"beat": str(now), "breakers": json.dumps({"api": {"state": "CLOSED"}}),
+                  "rate_limits": json.dumps(rate)},
+        "h:2:b": {"beat": str(now), "breakers": json.dumps({"api": {"state": "CLOSED"}, "old": {}})},
+    }  # fmt: skip
+    cooldowns = {
+        "api": {"until_ms": "1030000", "member": "h:1:a", "host": "h", "mac": "…"},
+        "old": {"until_ms": "999000", "member": "h:1:a"},  # over: no cooldown shown
+    }
+    beats = {"h:1:a": now, "h:2:b": now}
+    view = fold_fleet("prod", now, beats, records, {}, stale_s=5.0, gone_s=30.0, cooldowns=cooldowns)
+    cooldown = view.tools["api"].cooldown
+    assert cooldown == FleetCooldown(until=1030.0, started_by="h:1:a", host="h", remaining_s=30.0)
+    assert view.tools["old"].cooldown is None
+    assert view.member("h:1:a").rate_limits == rate
+    assert view.member("h:2:b").rate_limits == {}, "an older member reports none"
+    unreadable = {"api": {"until_ms": "soon", "member": "x"}}
+    view = fold_fleet("prod", now, beats, records, {}, stale_s=5.0, gone_s=30.0, cooldowns=unreadable)
+    assert view.tools["api"].cooldown is None, "a record nobody of ours wrote: no opinion"
