@@ -67,6 +67,9 @@ class Call:
     sent_args: dict[str, Any] | None = None
     """The arguments the tool is sent when a strategy made them differ from ``args`` (a copy with
     the idempotency key); None: ``args``."""
+    waiting_at: int = 0
+    """The index of the admitting strategy the attempt waits for: ``failure.admitted_now`` stopped
+    there (those before it admitted the attempt already), ``failure.admit_attempt`` goes on from it."""
     hedges: int = 0
     """Attempts of the call started as hedges so far (:mod:`engine.pipeline.hedged` counts them)."""
     attempts_running: int = 0

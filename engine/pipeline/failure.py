@@ -55,15 +55,19 @@ CIRCUIT_OPEN = Classification(
 
 
 async def admit_attempt(call: Call, permit: Permit) -> Refusal | None:
-    """Let attempt ``call.attempt`` through the pipeline's admitting strategies, in order — at once
-    where they can (``admit_now``), else awaiting their ``admit`` (after :func:`admitted_now` found
-    one that could not). On a refusal, or a cancellation while one waits, those that admitted it
-    already let go again and the breaker's ``permit`` is given back unused (no evidence)."""
-    admitted: list[Strategy[Any]] = []
+    """Let attempt ``call.attempt`` through the pipeline's admitting strategies, in order, from the
+    one :func:`admitted_now` stopped at (``call.waiting_at``: it awaits that one's ``admit``, then
+    each next one's ``admit_now`` or ``admit``). On a refusal, or a cancellation while one waits,
+    every strategy that admitted it lets go again and the breaker's ``permit`` is given back unused
+    (no evidence)."""
+    admitting = call.pipeline.admit
+    start, call.waiting_at = call.waiting_at, 0
+    admitted: list[Strategy[Any]] = list(admitting[:start])
     breaker = call.tool.breaker
     try:
-        for strategy in call.pipeline.admit:
-            if not strategy.admit_now(call):
+        for index in range(start, len(admitting)):
+            strategy = admitting[index]
+            if index == start or not strategy.admit_now(call):  # at ``start``: admit_now said no
                 refusal = await strategy.admit(call)
                 if refusal is not None:
                     let_go(call, admitted)
@@ -78,12 +82,12 @@ async def admit_attempt(call: Call, permit: Permit) -> Refusal | None:
 
 
 def admitted_now(call: Call) -> bool:
-    """Whether every admitting strategy let the attempt through at once (no await); if not, those
-    that did let go again and :func:`admit_attempt` takes over."""
-    admitting = call.pipeline.admit
-    for strategy in admitting:
+    """Whether every admitting strategy let the attempt through at once (no await). If one could
+    not, those before it keep what they gave (a rate limit's token: asking again would take a second
+    one) and :func:`admit_attempt` goes on from it (``call.waiting_at``)."""
+    for index, strategy in enumerate(call.pipeline.admit):
         if not strategy.admit_now(call):
-            let_go(call, admitting[: admitting.index(strategy)])
+            call.waiting_at = index
             return False
     return True
 

@@ -367,3 +367,21 @@ async def test_a_section_under_defaults_gives_every_tool_a_limiter_of_its_own(tm
     assert (await engine.try_call("a")).ok
     assert (await engine.try_call("b")).ok, "b's bucket is its own"
     assert (await engine.try_call("a")).error is not None
+
+
+async def test_an_attempt_queued_by_the_bulkhead_spends_one_token_not_two() -> None:
+    """The rate limit admits at once, the bulkhead cannot: admission goes on at the bulkhead, keeping
+    the token taken (asking the rate limit again took a second one)."""
+    manifest = ToolManifest(
+        id="t", retry_policy=NO_RETRY, rate_limit={"rate_per_s": 0.001, "burst": 10},
+        bulkhead={"max_concurrent": 1, "max_queued": 5, "queue_timeout_ms": 10_000},
+    )  # fmt: skip
+    engine = await new_engine(manifest)
+    tool = Scripted("ok", duration=1.0)
+    engine.register("t", tool)
+    async with anyio.create_task_group() as tg:
+        for _ in range(3):  # one runs, two queue at the bulkhead
+            tg.start_soon(engine.call, "t")
+    assert tool.calls == 3
+    tokens = engine.stats()["t"].strategies["rate_limit"]["tokens"]
+    assert tokens == pytest.approx(7.0, abs=0.01), "one token per attempt"
