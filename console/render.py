@@ -153,6 +153,31 @@ def occupancy_level(in_flight: int, limit: int, queued: int, max_queued: int) ->
     return "bad" if queued >= max_queued else "warn"
 
 
+def seconds_left(seconds: float) -> str:
+    """Time left in whole seconds, rounded up: ``27s``, ``1m05s`` (``0s`` once over)."""
+    return span(max(0, int(-(-seconds // 1))))
+
+
+def tokens(level: float, burst: int, width: int | None = None) -> str:
+    """A rate limit's tokens left against its burst, whole ones only (an attempt needs one):
+    ``3/10``, ``0/2``; in ``width`` cells, the burst goes first (``999``)."""
+    left = short_count(int(level + 1e-9))
+    forms = (f"{left}/{short_count(burst)}", left)
+    if width is None:
+        return forms[0]
+    return next((text for text in forms if cell_len(text) <= width), fit(forms[-1], width))
+
+
+def cooldown(seconds: float, width: int | None = None) -> str:
+    """A cooldown's time left, rounded up: ``cool 27s``, ``cool 1m05s``; in ``width`` cells, the
+    word goes first (``27s``): the time stays whole."""
+    left = seconds_left(seconds)
+    forms = (f"cool {left}", left)
+    if width is None:
+        return forms[0]
+    return next((text for text in forms if cell_len(text) <= width), fit(forms[-1], width))
+
+
 def sparkline(values: Sequence[int], width: int) -> str:
     """``values`` in ``width`` bars scaled to their maximum (blank when all are zero).
 

@@ -101,6 +101,11 @@ async def custom_api(region: str = "eu", query: str = "") -> dict[str, Any]:
     return {"region": region, "query": query, "score": _number(region, query, modulo=100)}
 
 
+async def exchange_rates(base: str = "USD", quote: str = "EUR") -> dict[str, Any]:
+    await _work("rates", base, quote)
+    return {"base": base, "quote": quote, "rate": round(0.5 + _number(base, quote, modulo=1000) / 1000, 3)}
+
+
 DEMO_TOOLS: dict[str, Callable[..., Awaitable[Any]]] = {
     "flight_search": flight_search,
     "flight_search_backup": flight_search_backup,
@@ -109,6 +114,7 @@ DEMO_TOOLS: dict[str, Callable[..., Awaitable[Any]]] = {
     "compare_prices": compare_prices,
     "create_itinerary": create_itinerary,
     "custom_api": custom_api,
+    "exchange_rates": exchange_rates,
 }
 
 

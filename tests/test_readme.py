@@ -183,7 +183,8 @@ def test_the_trace_store_example_runs(
     # The manifest versions in force when recording started (by when they were loaded) and the
     # tools' breakers then, then the turn.
     manifests = exported.count("ManifestLoaded")
-    assert manifests == 7 and sorted(exported[: manifests + 1]) == ["ManifestLoaded"] * 7 + [
+    tools = len([p for p in (ROOT / "manifests").glob("*.yaml") if p.name != "defaults.yaml"])
+    assert manifests == tools == 8 and sorted(exported[: manifests + 1]) == ["ManifestLoaded"] * tools + [
         "RecordingStarted"
     ]
     assert exported[manifests + 1] == "TurnStarted" and len(exported) == manifests + 5

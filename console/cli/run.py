@@ -19,7 +19,7 @@ from console.cli.tables import Column, TableColumn, aligned_rows, fitted_tables,
 from engine.clock import VirtualWallClock
 from engine.demo import demo_engine
 from engine.engine import Engine
-from engine.events import AttemptStarted, BulkheadQueued, Event, ToolEvent
+from engine.events import AttemptStarted, BulkheadQueued, CooldownEnded, Event, ToolEvent
 from engine.faults import FaultInjector
 from engine.metrics import ToolStats
 from engine.outcomes import CallStatus, TurnResult
@@ -54,20 +54,25 @@ def turn_lines(console: Console, result: TurnResult, offset_s: float) -> list[Te
     return [*headed_lines(console, heading, result.summary), *calls, *strategy_lines(console, result)]
 
 
-def strategy_events(result: TurnResult) -> list[ToolEvent]:
+Decision = ToolEvent | CooldownEnded
+
+
+def strategy_events(result: TurnResult) -> list[Decision]:
     """What the turn's strategies decided (a bulkhead queueing or refusing an attempt, a retry
-    budget refusing a retry): the tool events declared outside the engine's own vocabulary
-    (:mod:`engine.events`), i.e. in a strategy's package. In call order for simultaneous ones:
-    concurrent calls announce them in whatever order their tasks ran."""
+    budget refusing a retry, a rate limit's waits, refusals and cooldowns): the tool events
+    declared outside the engine's own vocabulary (:mod:`engine.events`), i.e. in a strategy's
+    package, and a cooldown one of the turn's calls found over. In call order for simultaneous
+    ones: concurrent calls announce them in whatever order their tasks ran."""
     position = {call_id: n for n, call_id in enumerate(result.outcomes)}
-    found = [
+    found: list[Decision] = [
         e for e in result.trace.events
-        if isinstance(e, ToolEvent) and not type(e).__module__.startswith("engine.events")
+        if (isinstance(e, ToolEvent) and not type(e).__module__.startswith("engine.events"))
+        or (isinstance(e, CooldownEnded) and e.call_id is not None)
     ]  # fmt: skip
-    return sorted(found, key=lambda e: (e.t, position.get(e.call_id, len(position))))
+    return sorted(found, key=lambda e: (e.t, position.get(e.call_id or "", len(position))))
 
 
-def strategy_decision(event: ToolEvent, trace: list[Event]) -> str:
+def strategy_decision(event: Decision, trace: list[Event]) -> str:
     """The event's own line, without the tool it begins with; a queued attempt says when it ran."""
     text = event.describe().removeprefix(f"{event.tool_id} ")
     if isinstance(event, BulkheadQueued):
@@ -86,7 +91,7 @@ def strategy_lines(console: Console, result: TurnResult) -> list[Text]:
     events = strategy_events(result)
     if not events:
         return []
-    cells = [(e.call_id, e.tool_id) for e in events]
+    cells = [(e.call_id or "", e.tool_id) for e in events]
     notes = [strategy_decision(e, result.trace.events) for e in events]
     return aligned_rows(
         console, (Column("call"), Column("tool")), cells, notes, note_header="strategy decision"

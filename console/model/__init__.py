@@ -15,6 +15,7 @@ One module per concept: :mod:`~console.model.tools` (a tool's breaker, in-flight
 history and board row), :mod:`~console.model.timelines` (a tool's calls, attempt by attempt),
 :mod:`~console.model.turns` (a turn's calls and what they depend on),
 :mod:`~console.model.strategies` (a tool's bulkhead and retry budget),
+:mod:`~console.model.rate_limit` (its rate limit and cooldown), :mod:`~console.model.counting`,
 :mod:`~console.model.manifests`, :mod:`~console.model.event_log` (the event log's lines) and
 :mod:`~console.model.fold` (:class:`ConsoleModel`, the fold itself and its queries).
 """
@@ -22,6 +23,7 @@ history and board row), :mod:`~console.model.timelines` (a tool's calls, attempt
 from console.model.event_log import EVENTS_KEPT, EventRow, event_row
 from console.model.fold import STALE_IN_FLIGHT_S, STATS_PER_FLUSH, Changes, ConsoleModel
 from console.model.manifests import ManifestChange, ManifestView
+from console.model.rate_limit import CooldownEndSeen, CooldownSeen, RateLimitFigures
 from console.model.strategies import (
     EngineBudget,
     EngineBudgetFigures,
@@ -64,6 +66,8 @@ __all__ = [
     "CallTimeline",
     "Changes",
     "ConsoleModel",
+    "CooldownEndSeen",
+    "CooldownSeen",
     "EngineBudget",
     "EngineBudgetFigures",
     "ErrorRow",
@@ -72,6 +76,7 @@ __all__ = [
     "ManifestChange",
     "ManifestView",
     "Queued",
+    "RateLimitFigures",
     "Refusal",
     "SharedBudgetSeen",
     "StrategyFigures",

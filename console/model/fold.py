@@ -27,12 +27,16 @@ from engine.events import (
     CallRejected,
     CallSkipped,
     CallSucceeded,
+    CooldownEnded,
+    CooldownStarted,
     DefaultUsed,
     Event,
     ManifestLoaded,
     ManifestRefused,
     ManifestRejected,
     ManifestRemoved,
+    RateLimitRejected,
+    RateLimitWaited,
     RecordingStarted,
     RetryBudgetSpent,
     SharedStrategiesChanged,
@@ -319,6 +323,30 @@ def _budget_spent(m: ConsoleModel, e: RetryBudgetSpent, c: Changes) -> None:
     c.tools.add(e.tool_id)
 
 
+def _rate_limit_waited(m: ConsoleModel, e: RateLimitWaited, c: Changes) -> None:
+    view = m._tool(e.tool_id)
+    view.strategies.rate_limit_waited(e)
+    view.recent.append(e)
+    c.tools.add(e.tool_id)
+
+
+def _rate_limit_rejected(m: ConsoleModel, e: RateLimitRejected, c: Changes) -> None:
+    view = m._tool(e.tool_id)
+    view.strategies.rate_limit_refused(e)
+    view.recent.append(e)
+    c.tools.add(e.tool_id)
+
+
+def _cooldown_started(m: ConsoleModel, e: CooldownStarted, c: Changes) -> None:
+    m._tool(e.tool_id).strategies.cooldown_started(e)
+    c.tools.add(e.tool_id)
+
+
+def _cooldown_ended(m: ConsoleModel, e: CooldownEnded, c: Changes) -> None:
+    m._tool(e.tool_id).strategies.cooldown_ended(e)
+    c.tools.add(e.tool_id)
+
+
 def _stream_ended(m: ConsoleModel, e: StreamEnded, c: Changes) -> None:
     m._tool(e.tool_id).call_ended(e, e.turn_id, e.call_id)
     c.tools.add(e.tool_id)
@@ -501,6 +529,10 @@ _HANDLERS: dict[type[Event], Callable[[ConsoleModel, Any, Changes], None]] = {
     BulkheadQueued: _bulkhead_queued,
     BulkheadRejected: _bulkhead_rejected,
     RetryBudgetSpent: _budget_spent,
+    RateLimitWaited: _rate_limit_waited,
+    RateLimitRejected: _rate_limit_rejected,
+    CooldownStarted: _cooldown_started,
+    CooldownEnded: _cooldown_ended,
     AlternativeUsed: _alternative_used,
     CallSkipped: _blocked("skipped"),
     CallEscalated: _blocked("escalated"),

@@ -1,5 +1,5 @@
 """A tool's strategies as the console folds them from events: its bulkhead's occupancy, queue and
-refusals, and its retry budget's window and refusals.
+refusals, its retry budget's window and refusals, and its rate limit (:mod:`.rate_limit`).
 
 Events only, like the rest of the model, so the board reads the same live, attached and replayed:
 
@@ -28,7 +28,18 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from engine.events import BulkheadQueued, BulkheadRejected, CallRejected, RetryBudgetSpent
+from console.model.counting import RollingCount
+from console.model.rate_limit import RateLimitFigures, RateLimitFold, rate_limit_options
+from engine.events import (
+    BulkheadQueued,
+    BulkheadRejected,
+    CallRejected,
+    CooldownEnded,
+    CooldownStarted,
+    RateLimitRejected,
+    RateLimitWaited,
+    RetryBudgetSpent,
+)
 from engine.kinds import ErrorKind
 from engine.strategies.budget import RetryBudgetFacts, RetryBudgetOptions, RetryBudgetWindow
 from engine.strategies.bulkhead import BulkheadFacts, BulkheadOptions
@@ -63,12 +74,13 @@ class Refusal:
     attempt: int
     """The attempt refused (a bulkhead's), or the one whose retry was (a budget's)."""
     by: str
-    """``bulkhead``, ``retry budget`` or ``engine-wide retry budget``."""
+    """``bulkhead``, ``rate limit``, ``retry budget`` or ``engine-wide retry budget``."""
     retry: bool
     """A retry was refused (the call ended on its last attempt), not the call's first attempt."""
     reason: str
-    """The strategy's words: ``bulkhead full: 2 in flight, 1 queued``, ``retry budget spent: 0
-    retries over 1 calls in 10 s`` (the call's reason says ``retry refused: …`` before a retry's)."""
+    """The strategy's words: ``bulkhead full: 2 in flight, 1 queued``, ``rate limit: cooling down
+    for 27 s more, max wait 2 s``, ``retry budget spent: 0 retries over 1 calls in 10 s`` (the
+    call's reason says ``retry refused: …`` before a retry's)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,44 +151,14 @@ class StrategyFigures:
     last_refusal: Refusal | None
     engine_budget: EngineBudgetFigures | None = None
     """The engine-wide budget in force, whatever this tool's refusals (None: none, or not known)."""
+    rate_limit: RateLimitFigures | None = None
+    """The tool's rate limit: tokens, waits, refusals and cooldown (None: no ``rate_limit``)."""
 
     @property
     def budgeted(self) -> bool:
         return (
             self.retry_budget is not None or self.shared_budget is not None or self.engine_budget is not None
         )
-
-
-class RollingCount:
-    """Events per second over the last ``window_s`` seconds, ``now``'s included (the board's
-    window, as :class:`~engine.metrics.ToolMetrics` counts it)."""
-
-    __slots__ = ("_seconds", "window_s")
-
-    def __init__(self, window_s: int) -> None:
-        self.window_s = window_s
-        self._seconds: deque[list[int]] | None = None  # [second, count], oldest first; made on first use
-
-    def add(self, t: float) -> None:
-        second = math.floor(t)
-        seconds = self._seconds
-        if seconds is None:
-            seconds = self._seconds = deque()
-        if seconds and seconds[-1][0] >= second:  # the same second (or a clock that stood still)
-            seconds[-1][1] += 1
-        else:
-            seconds.append([second, 1])
-        while seconds[0][0] <= second - self.window_s:
-            seconds.popleft()
-
-    def total(self, now: float) -> int:
-        if not self._seconds:
-            return 0
-        first = math.floor(now) - self.window_s + 1
-        return sum(n for second, n in self._seconds if second >= first)
-
-    def clear(self) -> None:
-        self._seconds = None
 
 
 def _options(content: Mapping[str, Any] | None, section: str, model: type[Any]) -> Any:
@@ -195,6 +177,7 @@ class ToolStrategies:
 
     __slots__ = (
         "_waits",
+        "_window_s",
         "budget",
         "budget_options",
         "budget_refused",
@@ -203,6 +186,7 @@ class ToolStrategies:
         "engine_budget",
         "last_refusal",
         "queued",
+        "rate_limit",
         "refused",
         "rejected_full",
         "rejected_timeout",
@@ -228,11 +212,18 @@ class ToolStrategies:
         self.last_refusal: Refusal | None = None
         self.engine_budget: EngineBudget | None = None
         """The model's engine-wide budget, fed this tool's calls and retries."""
+        self.rate_limit: RateLimitFold | None = None
+        self._window_s = window_s
 
     @property
     def active(self) -> bool:
         """Anything to show: a section in the manifest, or refusals by the engine-wide budget."""
-        return self.bulkhead is not None or self.budget is not None or self.shared is not None
+        return (
+            self.bulkhead is not None
+            or self.budget is not None
+            or self.shared is not None
+            or self.rate_limit is not None
+        )
 
     def configure(self, content: Mapping[str, Any] | None) -> None:
         """The manifest in force changed: take its sections, keeping what the engine keeps across
@@ -251,6 +242,13 @@ class ToolStrategies:
         elif budget != self.budget_options:
             self.budget.reconfigure(budget)
         self.budget_options = budget
+        rate_limit = rate_limit_options(content)
+        if rate_limit is None:
+            self.rate_limit = None
+        elif self.rate_limit is None:
+            self.rate_limit = RateLimitFold(rate_limit, self._window_s)
+        elif rate_limit != self.rate_limit.options:  # tokens and cooldown kept, as the engine's
+            self.rate_limit.reconfigure(rate_limit)
 
     def restart(self) -> None:
         """The engine restarted (a new recording): its strategies start afresh."""
@@ -262,7 +260,11 @@ class ToolStrategies:
         self.shared, self.shared_refused, self.last_refusal = None, 0, None
         self.bulkhead_refused.clear()
         self.budget_refused.clear()
+        rate_limit = self.rate_limit
         self.configure(content)
+        if rate_limit is not None:
+            rate_limit.clear()
+            self.rate_limit = rate_limit
 
     # --- events ------------------------------------------------------------------------------
 
@@ -273,8 +275,14 @@ class ToolStrategies:
         if engine_budget is not None and engine_budget.window is not None:
             engine_budget.window.call_started(t)
 
+    def _past_rate_limit(self, key: CallKey, attempt: int, t: float) -> bool:
+        """An attempt's first event past the rate limit: True when it is its call's first event."""
+        if self.rate_limit is not None:
+            return self.rate_limit.admitted(key, attempt, t)
+        return attempt == 1
+
     def attempt_queued(self, e: BulkheadQueued) -> None:
-        if e.attempt == 1:  # a call's first event: the engine counted it as it began
+        if self._past_rate_limit((e.turn_id, e.call_id), e.attempt, e.t):  # the engine counted it then
             self._call_started(e.t)
         timeout_s = self.bulkhead.queue_timeout_ms / 1000.0 if self.bulkhead is not None else math.inf
         self.queued[(e.turn_id, e.call_id)] = Queued(e.call_id, e.turn_id, e.attempt, e.t, e.t + timeout_s)
@@ -283,12 +291,13 @@ class ToolStrategies:
         waited = self.queued.pop(key, None) if self.queued else None
         if waited is not None:
             self._wait_ended(t, t - waited.since)
-        elif attempt == 1:
+        elif self._past_rate_limit(key, attempt, t):
             self._call_started(t)
 
     def attempt_refused(self, e: BulkheadRejected) -> None:
-        waited = self.queued.pop((e.turn_id, e.call_id), None)
-        if e.attempt == 1 and waited is None:  # refused at once: its first event
+        key = (e.turn_id, e.call_id)
+        waited = self.queued.pop(key, None)
+        if waited is None and self._past_rate_limit(key, e.attempt, e.t):  # refused at once: its first
             self._call_started(e.t)
         if e.reason.startswith(BULKHEAD_FULL):
             self.rejected_full += 1
@@ -301,8 +310,40 @@ class ToolStrategies:
         )
 
     def call_rejected(self, e: CallRejected) -> None:
-        if e.kind is not ErrorKind.BULKHEAD_FULL:  # the breaker's: the call's first and last event
+        # A strategy's refusal (bulkhead full, throttled) came first and counted the call; the
+        # breaker's is the call's first and last event.
+        if e.kind is not ErrorKind.BULKHEAD_FULL and e.kind is not ErrorKind.THROTTLED:
             self._call_started(e.t)
+
+    def rate_limit_waited(self, e: RateLimitWaited) -> None:
+        if e.attempt == 1:  # the call's first event: its wait was announced as it ended
+            self._call_started(e.t - e.waited_ms / 1000.0)
+        if self.rate_limit is not None:
+            self.rate_limit.waited_for(e)
+
+    def rate_limit_refused(self, e: RateLimitRejected) -> None:
+        if e.attempt == 1:  # the call's first event
+            self._call_started(e.t - e.waited_ms / 1000.0)
+        if self.rate_limit is not None:
+            self.rate_limit.refused(e)
+        self.last_refusal = Refusal(
+            e.t, e.at, e.call_id, e.turn_id, e.attempt, "rate limit", e.attempt > 1, e.reason
+        )
+
+    def cooldown_started(self, e: CooldownStarted) -> None:
+        if self.rate_limit is not None:
+            self.rate_limit.cooldown_started(e)
+
+    def cooldown_ended(self, e: CooldownEnded) -> None:
+        if self.rate_limit is not None:
+            self.rate_limit.cooldown_ended(e)
+
+    def call_ended(self, key: CallKey) -> None:
+        """A call's attempt ended: a queued attempt's end was lost if it is still listed."""
+        if self.queued:
+            self.queued.pop(key, None)
+        if self.rate_limit is not None:
+            self.rate_limit.call_ended(key)
 
     def retry_decided(self, t: float) -> None:
         """A failed attempt's decision is to retry: the budgets consented, and spent one each."""
@@ -369,7 +410,8 @@ class ToolStrategies:
             e = self.shared
             shared = SharedBudgetSeen(self.shared_refused, e.retries, e.calls, e.window_s, e.t)
         engine_budget = self.engine_budget.figures(now) if self.engine_budget is not None else None
+        rate_limit = self.rate_limit.figures(now) if self.rate_limit is not None else None
         return StrategyFigures(
             bulkhead, self.bulkhead_refused.total(now), budget, shared, self.budget_refused.total(now),
-            self.last_refusal, engine_budget,
+            self.last_refusal, engine_budget, rate_limit,
         )  # fmt: skip

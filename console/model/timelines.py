@@ -18,6 +18,8 @@ from engine.events import (
     CallRejected,
     CallSucceeded,
     Event,
+    RateLimitRejected,
+    RateLimitWaited,
     RetryBudgetSpent,
     StreamEnded,
     ToolEvent,
@@ -39,14 +41,16 @@ class AttemptSpan:
     end: float | None = None
     outcome: str = "running"
     """running, ok, error, timeout or cut (by the turn's deadline or a stop); or, for an attempt
-    the bulkhead held back, queued (waiting for a slot), refused (by the bulkhead) or dropped (cut
-    off while queued): those three were never made."""
+    the bulkhead held back, queued (waiting for a slot), refused (by the bulkhead or the rate
+    limit) or dropped (cut off while queued): those three were never made."""
     kind: str | None = None
     delay_ms: float | None = None
     """The backoff planned after this attempt, when it was retried."""
     queued_at: float | None = None
-    """When it began waiting in the bulkhead's queue, if it did (it started, or was refused, at
-    ``start``)."""
+    """When it began waiting in the bulkhead's queue or for the rate limit, if it did (it started,
+    or was refused, at ``start``)."""
+    held_by: str | None = None
+    """``bulkhead`` or ``rate limit``: the strategy that held it back (made it wait, or refused it)."""
 
     @property
     def made(self) -> bool:
@@ -114,13 +118,25 @@ def build_timelines(events: Iterable[Event], limit: int = RECENT_CALLS) -> list[
                 attempt.start, attempt.outcome = e.t, "running"
         elif isinstance(e, BulkheadQueued):
             attempt = span(timeline, e.attempt, e.t)
-            attempt.queued_at, attempt.outcome = e.t, "queued"
+            attempt.queued_at, attempt.outcome, attempt.held_by = e.t, "queued", "bulkhead"
         elif isinstance(e, BulkheadRejected):
             attempt = span(timeline, e.attempt, e.t)
             if attempt.queued_at is None and e.waited_ms > 0:
                 attempt.queued_at = e.t - e.waited_ms / 1000.0
             attempt.start, attempt.end, attempt.outcome = e.t, e.t, "refused"
-            attempt.kind = str(ErrorKind.BULKHEAD_FULL)
+            attempt.kind, attempt.held_by = str(ErrorKind.BULKHEAD_FULL), "bulkhead"
+            timeline.refusal = e.reason if e.attempt == 1 else f"retry refused: {e.reason}"
+        elif isinstance(e, RateLimitWaited):  # announced as its wait ended
+            attempt = span(timeline, e.attempt, e.t)
+            attempt.queued_at, attempt.held_by = e.t - e.waited_ms / 1000.0, "rate limit"
+            timeline.start = min(timeline.start, attempt.queued_at)
+        elif isinstance(e, RateLimitRejected):
+            attempt = span(timeline, e.attempt, e.t)
+            if e.waited_ms > 0:
+                attempt.queued_at = e.t - e.waited_ms / 1000.0
+                timeline.start = min(timeline.start, attempt.queued_at)
+            attempt.start, attempt.end, attempt.outcome = e.t, e.t, "refused"
+            attempt.kind, attempt.held_by = str(ErrorKind.THROTTLED), "rate limit"
             timeline.refusal = e.reason if e.attempt == 1 else f"retry refused: {e.reason}"
         elif isinstance(e, RetryBudgetSpent):
             timeline.refusal = f"retry refused: {e.reason}"

@@ -204,8 +204,7 @@ class ToolView:
     def call_ended(self, e: Event, turn_id: str | None, call_id: str) -> None:
         """A call's attempt ended (``e`` says how): no longer in flight, kept for the timeline."""
         self.in_flight.pop((turn_id, call_id), None)
-        if self.strategies.queued:  # a queued attempt's end was lost: the call's end says it
-            self.strategies.queued.pop((turn_id, call_id), None)
+        self.strategies.call_ended((turn_id, call_id))
         self.recent.append(e)
 
 

@@ -24,10 +24,12 @@ from console.model import (
     InFlight,
     ManifestView,
     Queued,
+    RateLimitFigures,
     StrategyFigures,
     ToolView,
     Transition,
 )
+from console.model.rate_limit import rate_limit_options
 from console.screens.base import ConsoleScreen
 from console.screens.text import TextModal, clock_field, field_text
 from console.widgets.item_table import ItemTable, Row, hint, unique_keys
@@ -68,6 +70,9 @@ def policy_lines(manifest: ManifestView | None) -> list[str]:
             f"retry budget {_number(budget.get('budget_percent'))}% of the calls, at least"
             f" {_number(budget.get('min_retries_per_s'))}/s, over {_number(budget.get('window_s'))} s"
         )
+    rate_limit = c.get("rate_limit")
+    if isinstance(rate_limit, Mapping):
+        lines += rate_limit_policy(rate_limit)
     if c.get("alternatives"):
         lines.append(f"alternatives {', '.join(c['alternatives'])}")
     for override in c.get("classification") or ():
@@ -75,6 +80,23 @@ def policy_lines(manifest: ManifestView | None) -> list[str]:
         lines.append(f"override     {what} → {override.get('treat_as')}")
     lines.append(f"manifest     v{manifest.version} {render.short_digest(manifest.digest)} · {manifest.path}")
     return lines
+
+
+def rate_limit_policy(section: Mapping[str, Any]) -> list[str]:
+    """The manifest's ``rate_limit``, as an operator reads it (the engine's defaults filled in)."""
+    options = rate_limit_options({"rate_limit": section})
+    if options is None:
+        return ["rate limit   (as written in the manifest: not understood here)"]
+    wait = f"waits up to {render.duration(options.max_wait_ms)}" if options.max_wait_ms else "never waits"
+    if options.rate_per_s is not None:
+        rate = f"{options.rate_per_s:g}/s, burst {options.bucket_size}"
+    else:
+        rate = "no rate of its own"
+    return [
+        f"rate limit   {rate}, {wait}, scope {options.scope}",
+        f"cooldown     after a 429: its Retry-After, else {render.duration(options.cooldown_ms)};"
+        f" at most {render.duration(options.max_cooldown_ms)}",
+    ]
 
 
 def _number(value: object) -> str:
@@ -200,19 +222,56 @@ def strategy_lines(figures: StrategyFigures, now: float) -> list[str]:
         ]  # fmt: skip
     if figures.budgeted:
         lines.append(("", f"{figures.budget_refused} retries refused in the last {WINDOW_S} s"))
+    if figures.rate_limit is not None:
+        lines += rate_limit_lines(figures.rate_limit, now)
     refusal = figures.last_refusal
     if refusal is not None:
         where = render.call_where(refusal.turn_id, refusal.call_id)
         if not refusal.retry:
             what = "call refused"
-        else:  # a budget names the attempt that failed, a bulkhead the retry it refused
-            after = refusal.attempt - 1 if refusal.by == "bulkhead" else refusal.attempt
+        else:  # a budget names the attempt that failed, a bulkhead or a rate limit the retry it refused
+            after = refusal.attempt if "budget" in refusal.by else refusal.attempt - 1
             what = f"retry after #{after} refused"
         lines += [
             ("last refused", f"{where} at {render.clock(refusal.at)}: {what} by the {refusal.by}:"),
             ("", refusal.reason),
         ]
     return [f"{label:<{LABEL}}{text}" for label, text in lines]
+
+
+def rate_limit_lines(rate_limit: RateLimitFigures, now: float) -> list[tuple[str, str]]:
+    """A rate limit's figures (the names of ``engine.stats()``'s facts) and its cooldown: how long
+    it has left, of how long, and who started it."""
+    if rate_limit.rate_per_s is not None and rate_limit.tokens is not None:
+        rate = (f"{rate_limit.rate_per_s:g}/s · tokens {rate_limit.tokens:.1f} of burst {rate_limit.burst}"
+                f" · max wait {render.duration(rate_limit.max_wait_ms)}")  # fmt: skip
+    else:
+        rate = f"no rate: only a cooldown · max wait {render.duration(rate_limit.max_wait_ms)}"
+    r = rate_limit
+    lines = [
+        ("rate limit", rate),
+        ("", f"waited {r.waited} · refused {r.rejected} throttled · scope {r.scope}"),
+        ("", f"in the last {WINDOW_S} s: {r.waited_recent} waited, {r.rejected_recent} refused"),
+    ]
+    cooldown, left = rate_limit.cooldown, rate_limit.cooldown_remaining_s(now)
+    if cooldown is not None and left > 0:
+        total = render.duration((cooldown.until - cooldown.started_at) * 1000.0)
+        asked = (
+            f"its Retry-After {cooldown.retry_after_s:g} s"
+            if cooldown.retry_after_s is not None
+            else "no Retry-After: the manifest's"
+        )
+        lines += [
+            ("cooldown", f"{render.seconds_left(left)} left of {total} · {rate_limit.cooldowns} so far"),
+            ("", f"started by {cooldown.started_by or '?'} ({asked})"),
+        ]
+    else:
+        end = rate_limit.last_end
+        how = ""
+        if end is not None:
+            how = " · the last expired" if end.how == "expired" else f" · the last reset by {end.actor}"
+        lines.append(("cooldown", f"none now · {rate_limit.cooldowns} so far{how}"))
+    return lines
 
 
 def figures(row: BoardRow) -> Content:
@@ -304,8 +363,8 @@ class ToolScreen(ConsoleScreen):
         return built[2]
 
     def _strategies(self, view: ToolView, row: BoardRow, now: float) -> None:
-        """The Strategies part, shown only for a tool with a bulkhead or a retry budget (the
-        engine-wide one included: every tool's calls count in it)."""
+        """The Strategies part, shown only for a tool with a bulkhead, a retry budget (the
+        engine-wide one included: every tool's calls count in it) or a rate limit."""
         figures = row.strategies
         if figures is None and view.strategies.engine_budget is not None:
             engine_wide = view.strategies.figures(now, len(view.in_flight))
@@ -325,6 +384,10 @@ class ToolScreen(ConsoleScreen):
         ]
         if row.half_open_at is not None:
             parts.append((f"  half-open {render.countdown(row.half_open_at - now)}", "bold $warning"))
+        rate_limit = row.strategies.rate_limit if row.strategies is not None else None
+        cooling = rate_limit.cooldown_remaining_s(now) if rate_limit is not None else 0.0
+        if cooling > 0:
+            parts.append((f"  {render.cooldown(cooling)}", "bold $warning"))
         return Content.assemble(*parts, "\n", figures(row))
 
     # --- the lists: the cursor stays on its row, enter opens it whole ---------------------------

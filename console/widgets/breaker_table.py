@@ -34,7 +34,7 @@ class Column:
     priority: int
     """Lower shows first when the table is narrow."""
     needs: str | None = None
-    """``bulkhead`` or ``budget``: shown only when some tool on the board has one."""
+    """``bulkhead``, ``budget`` or ``rate_limit``: shown only when some tool on the board has one."""
 
 
 COLUMNS: tuple[Column, ...] = (
@@ -50,6 +50,9 @@ COLUMNS: tuple[Column, ...] = (
     Column("bulkhead", "BULKHEAD", 8, True, 5, "bulkhead"),
     Column("bulkhead_refused", "BH⊘", 4, True, 5, "bulkhead"),
     Column("budget_refused", "BUD⊘", 4, True, 6, "budget"),
+    Column("rate_limit", "LIMIT", 5, True, 5, "rate_limit"),
+    Column("rate_limit_refused", "RL⊘", 4, True, 5, "rate_limit"),
+    Column("rate_limit_waited", "RL⧗", 4, True, 12, "rate_limit"),
     Column("attempts_failed", "ATT✗", 4, True, 4),
     Column("timeout", "TMO", 4, True, 10),
     Column("skipped", "SKIP", 4, True, 10),
@@ -62,8 +65,12 @@ COLUMNS: tuple[Column, ...] = (
 threshold and the half-open countdown; the window's calls that error % is made of (ok, failed,
 rejected: shown together, so that it can be worked out from the row); the failed attempts (where
 the breaker's failures come from: a call can fail attempts and still end ok); a bulkhead's
-occupancy and refusals, then a retry budget's refusals (on a board with one); p99; rate; p50;
-then timeouts and skips; the sparkline last."""
+occupancy and refusals and a rate limit's tokens (or its cooldown, counting down) and refusals,
+then a retry budget's refusals (on a board with them); p99; rate; p50; then timeouts and skips;
+the sparkline; past 160 columns, a rate limit's waits."""
+COUNTDOWN = Column("half_open", "HALF-OPEN/COOL", 14, True, 2)
+"""The half-open column on a board with a rate limit: a tool cooling down after a 429 shows its
+countdown there (``cool 27s``) when its breaker has none, so that 80 columns show it too."""
 STRATEGY_COLUMNS = frozenset(c.needs for c in COLUMNS if c.needs)
 _COUNTS = {
     "ok": "successes",
@@ -83,7 +90,8 @@ SPARK_MAX = 60
 @functools.cache
 def fit_columns(width: int, strategies: frozenset[str] = frozenset()) -> tuple[tuple[Column, int], ...]:
     """The columns that fit ``width``, in table order, with their widths; those of a strategy
-    only if ``strategies`` names it (``bulkhead``, ``budget``: some tool on the board has one).
+    only if ``strategies`` names it (``bulkhead``, ``budget``, ``rate_limit``: some tool on the
+    board has one).
 
     Whole priority levels are taken in order until one does not fit; nothing of a lower
     priority is then shown, even if it would fit the gap (greedy fitting showed TMO at 80
@@ -91,6 +99,8 @@ def fit_columns(width: int, strategies: frozenset[str] = frozenset()) -> tuple[t
     takes what is left, up to ``SPARK_MAX``.
     """
     columns = [c for c in COLUMNS if c.needs is None or c.needs in strategies]
+    if "rate_limit" in strategies:
+        columns = [COUNTDOWN if c.key == "half_open" else c for c in columns]
     chosen: list[Column] = []
     used = -1  # n columns need n - 1 gaps
     for priority in sorted({c.priority for c in columns}):
@@ -115,6 +125,8 @@ def board_strategies(rows: Sequence[BoardRow]) -> frozenset[str]:
                 found.add("bulkhead")
             if figures.budgeted:
                 found.add("budget")
+            if figures.rate_limit is not None:
+                found.add("rate_limit")
             if len(found) == len(STRATEGY_COLUMNS):
                 break
     return frozenset(found)
@@ -323,8 +335,10 @@ class BreakerTable(ScrollView, can_focus=True):
     def _key(self, row: BoardRow, selected: bool, width: int) -> tuple[object, ...]:
         """Everything a line shows: equal keys, equal lines (the stats are compared by identity)."""
         half_open = render.countdown(row.half_open_at - self._now) if row.half_open_at is not None else ""
+        cooling = row.strategies.rate_limit if row.strategies is not None else None
+        cooldown = int(-(-cooling.cooldown_remaining_s(self._now) // 1)) if cooling is not None else 0
         return (row.state, row.consecutive_failures, row.failure_threshold, half_open, row.stats, selected,
-                row.tool_id in self._marked, width, row.strategies, self._strategies)  # fmt: skip
+                row.tool_id in self._marked, width, row.strategies, self._strategies, cooldown)  # fmt: skip
 
     def _line(self, row: BoardRow, selected: bool, width: int) -> Strip:
         key = self._key(row, selected, width)
@@ -360,6 +374,10 @@ class BreakerTable(ScrollView, can_focus=True):
             text = f"{row.consecutive_failures}/{threshold}" if threshold else str(row.consecutive_failures)
             return text, (base if row.consecutive_failures else muted)
         if key == "half_open":
+            if not half_open and row.strategies is not None and row.strategies.rate_limit is not None:
+                cooling = row.strategies.rate_limit.cooldown_remaining_s(self._now)
+                if cooling > 0:
+                    return render.cooldown(cooling, size), base + self._style("error-warn")
             return half_open, base + self._style("half-open") if half_open else muted
         if key == "error":
             level = render.error_level(row.error_percent)
@@ -384,9 +402,12 @@ class BreakerTable(ScrollView, can_focus=True):
     def _strategy_cell(
         self, key: str, row: BoardRow, base: Style, muted: Style, size: int
     ) -> tuple[str, Style]:
-        """A bulkhead's occupancy and refusals, a budget's refusals: blank for a tool without one."""
+        """A bulkhead's occupancy and refusals, a budget's refusals, a rate limit's tokens (or its
+        cooldown) waits and refusals: blank for a tool without one."""
         figures = row.strategies
         bulkhead = figures.bulkhead if figures is not None else None
+        if key.startswith("rate_limit"):
+            return self._rate_limit_cell(key, row, base, muted, size)
         if key == "budget_refused":
             if figures is None or not figures.budgeted:
                 return "", base
@@ -401,6 +422,25 @@ class BreakerTable(ScrollView, can_focus=True):
             return text, base if level == "ok" else base + self._style(f"error-{level}")
         else:
             value = figures.bulkhead_refused
+        if not value:
+            return "·", muted
+        return render.short_count(value), base + self._style("error-warn")
+
+    def _rate_limit_cell(
+        self, key: str, row: BoardRow, base: Style, muted: Style, size: int
+    ) -> tuple[str, Style]:
+        rate_limit = row.strategies.rate_limit if row.strategies is not None else None
+        if rate_limit is None:
+            return "", base
+        if key == "rate_limit":
+            cooling = rate_limit.cooldown_remaining_s(self._now)
+            if cooling > 0:
+                return render.cooldown(cooling, size), base + self._style("error-bad")
+            if rate_limit.tokens is None or rate_limit.burst is None:  # only a cooldown, none now
+                return "·", muted
+            text = render.tokens(rate_limit.tokens, rate_limit.burst, size)
+            return text, base if rate_limit.tokens >= 1.0 else base + self._style("error-warn")
+        value = rate_limit.waited_recent if key == "rate_limit_waited" else rate_limit.rejected_recent
         if not value:
             return "·", muted
         return render.short_count(value), base + self._style("error-warn")

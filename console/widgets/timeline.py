@@ -24,7 +24,8 @@ _ATTEMPT_STYLE = {
     "running": "$primary",
 }
 _WAIT = ("░", "$secondary")
-"""An attempt the bulkhead held back: its wait in the queue (however that ended), or its refusal."""
+"""An attempt a strategy held back (the bulkhead, the rate limit): its wait (however that ended), or
+its refusal."""
 _OUTCOME_MARK = {
     "succeeded": ("✓", "$success"),
     "partial": ("◑", "$warning"),
@@ -130,8 +131,13 @@ class RetryTimeline(Static):
         if not calls:
             self.update(Content.styled("no calls yet", "$foreground-muted"))
             return
-        held = any(a.queued_at is not None or not a.made for c in calls for a in c.attempts)
-        queued = ("  ", _WAIT, " bulkhead") if held else ()
+        held = {
+            a.held_by or "bulkhead"
+            for c in calls
+            for a in c.attempts
+            if a.queued_at is not None or not a.made
+        }
+        queued = ("  ", _WAIT, f" {', '.join(sorted(held))}") if held else ()
         legend = Content.assemble(
             ("attempts ", "$foreground-muted"), ("█", "$success"), " ok  ", ("█", "$error"), " error  ",
             ("█", "$warning"), " timeout  ", ("█", "$foreground-muted"), " cut off  ",

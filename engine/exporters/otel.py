@@ -10,11 +10,14 @@ spans following the GenAI semantic conventions:
   on failure ERROR status and ``error.type`` (the error kind) — also when the failure is returned
   to the model (``try_call``, :class:`~engine.llm.ToolCallExecutor`) instead of raised, and for a
   call refused before any attempt (``tripwire.call.status=not_run``: rejected by the breaker,
-  ``circuit_open``, or a full bulkhead, ``bulkhead_full``; an unknown tool, a model's call the
-  executor or an adapter could not run);
+  ``circuit_open``, a full bulkhead, ``bulkhead_full``, or a rate limit, ``throttled``; an unknown
+  tool, a model's call the executor or an adapter could not run);
 * retries, failed and timed-out attempts, breaker transitions (named by the call that caused
-  them), bulkhead queueing and rejections, retries the retry budget refused, handler decisions and
-  dependency cascades as span events, with their reasons;
+  them), bulkhead queueing and rejections, retries the retry budget refused, a rate limit's waits
+  (``tripwire.rate_limit.waited``) and refusals (``tripwire.rate_limit.rejected``), a cooldown
+  started by a call's 429 (``tripwire.cooldown.started``, on that call's span) and found over by
+  another's (``tripwire.cooldown.ended``), handler decisions and dependency cascades as span
+  events, with their reasons;
 * a span per turn (``tripwire.turn``) parenting its calls, itself a child of the caller's current
   span when ``run_turn`` was called; a call outside a turn is a child of the caller's current span;
 * arguments (``gen_ai.tool.call.arguments``, a turn's calls) and results
@@ -23,8 +26,8 @@ spans following the GenAI semantic conventions:
 * the histogram ``gen_ai.execute_tool.duration`` (seconds, retries included) per finished call,
   through a ``MeterProvider`` or, at a twentieth of the cost, aggregated here and sent through a
   ``MetricExporter`` (see :mod:`engine.exporters.otel_metrics`). Only the GenAI conventions'
-  metric: tripwire's own gauges and counters (breakers, rejections, bulkheads, retry budgets) are
-  :mod:`engine.exporters.prometheus`'s.
+  metric: tripwire's own gauges and counters (breakers, rejections, bulkheads, retry budgets, rate
+  limits) are :mod:`engine.exporters.prometheus`'s.
 
 Off the hot path: a direct subscriber only appends each event to a deque (with the caller's
 OpenTelemetry context for the events that start a trace: a turn, a call outside a turn); a worker

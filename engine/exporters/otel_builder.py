@@ -43,9 +43,13 @@ from engine.events import (
     CallRejected,
     CallSkipped,
     CallSucceeded,
+    CooldownEnded,
+    CooldownStarted,
     DefaultUsed,
     Event,
     HandlerFailed,
+    RateLimitRejected,
+    RateLimitWaited,
     RetryBudgetSpent,
     ToolTimedOut,
     TurnCanceled,
@@ -129,7 +133,9 @@ class SpanBuilder:
             TurnFinished: self._turn_finished, TurnDeadlineExceeded: self._turn_note,
             TurnCanceled: self._turn_note, TurnInterrupted: self._turn_note,
             BulkheadQueued: self._bulkhead_queued, BulkheadRejected: self._bulkhead_rejected,
-            RetryBudgetSpent: self._retry_budget_spent,
+            RetryBudgetSpent: self._retry_budget_spent, RateLimitWaited: self._rate_limit_waited,
+            RateLimitRejected: self._rate_limit_rejected, CooldownStarted: self._cooldown_started,
+            CooldownEnded: self._cooldown_ended,
         }  # fmt: skip
         """Each kind of event the spans need, and what is done with it."""
         for cls in _breaker_classes():
@@ -335,6 +341,42 @@ class SpanBuilder:
             "tripwire.retry_budget.window_s": e.window_s, "tripwire.retry_budget.shared": e.shared,
         }  # fmt: skip
         call.events.append(("tripwire.retry_budget.spent", _ns(e.at), attributes))
+
+    def _rate_limit_waited(self, e: RateLimitWaited, context: Context | None) -> None:
+        # Announced as the wait ended; a first attempt's is its call's first event: the span starts
+        # with the wait.
+        call = self._open(e.tool_id, e.call_id, e.turn_id, e.at - e.waited_ms / 1000.0, context)
+        attributes: Attributes = {"tripwire.attempt": e.attempt, "tripwire.rate_limit.waited_ms": e.waited_ms}
+        call.events.append(("tripwire.rate_limit.waited", _ns(e.at), attributes))
+
+    def _rate_limit_rejected(self, e: RateLimitRejected, context: Context | None) -> None:
+        call = self._open(e.tool_id, e.call_id, e.turn_id, e.at - e.waited_ms / 1000.0, context)
+        attributes: Attributes = {
+            "tripwire.attempt": e.attempt, "tripwire.reason": e.reason,
+            "tripwire.rate_limit.wait_needed_ms": e.wait_needed_ms,
+            "tripwire.rate_limit.cooldown_ms": e.cooldown_ms, "tripwire.rate_limit.waited_ms": e.waited_ms,
+        }  # fmt: skip
+        call.events.append(("tripwire.rate_limit.rejected", _ns(e.at), attributes))
+
+    def _cooldown_started(self, e: CooldownStarted, context: Context | None) -> None:
+        # On the span of the call whose rate-limit error (a 429) paused the tool for every caller.
+        call = self._open(e.tool_id, e.call_id, e.turn_id, e.at, context)
+        attributes: dict[str, Any] = {
+            "tripwire.attempt": e.attempt, "tripwire.cooldown.s": e.cooldown_s,
+            "tripwire.cooldown.extended": e.extended,
+        }  # fmt: skip
+        if e.retry_after_s is not None:  # None: the manifest's cooldown_ms
+            attributes["tripwire.cooldown.retry_after_s"] = e.retry_after_s
+        call.events.append(("tripwire.cooldown.started", _ns(e.at), attributes))
+
+    def _cooldown_ended(self, e: CooldownEnded, context: Context | None) -> None:
+        if e.call_id is None:  # an operator's reset: no call's trace
+            return
+        call = self._open(e.tool_id, e.call_id, e.turn_id, e.at, context)  # the call that found it over
+        attributes: dict[str, Any] = {"tripwire.cooldown.how": e.how}
+        if e.started_by is not None:
+            attributes["tripwire.cooldown.started_by"] = e.started_by
+        call.events.append(("tripwire.cooldown.ended", _ns(e.at), attributes))
 
     def _breaker(self, e: BreakerTransitioned, context: Context | None) -> None:
         if e.call_id is None:  # the half-open timer, a state query or an operator: no call's trace

@@ -1,5 +1,5 @@
-"""Prometheus metrics: an engine's tool calls, attempts, errors, breakers, bulkheads, retry budgets
-and turns, for scraping.
+"""Prometheus metrics: an engine's tool calls, attempts, errors, breakers, bulkheads, retry budgets,
+rate limits and turns, for scraping.
 
 Needs the ``[prometheus]`` extra (``pip install 'tripwire[prometheus]'``: prometheus-client).
 :class:`PrometheusMetrics` attaches to an engine and registers a collector on a registry (the
@@ -10,7 +10,8 @@ tripwire's metrics too; :func:`start_metrics_server` serves a registry on its ow
 ``kind``, ``class``, ``state`` and ``reason`` — never a call or turn id, so their number stays bounded:
 
 * ``tripwire_calls_total{tool,outcome}``: calls ended — ``ok``, ``partial`` (a partial result
-  kept), ``failed``, ``rejected`` (refused before any attempt by the breaker or a full bulkhead),
+  kept), ``failed``, ``rejected`` (refused before any attempt by the breaker, a full bulkhead or a
+  rate limit),
   ``skipped`` / ``escalated``
   (an optional / required call not run because a dependency did not succeed); a call cut off by
   its turn's deadline or stop has no outcome of its own: its turn's outcome says it;
@@ -22,7 +23,8 @@ tripwire's metrics too; :func:`start_metrics_server` serves a registry on its ow
   refused as an unknown tool or under a name no tool has is labelled ``tool="(unknown)"``: a
   model's invented names never become label values;
 * ``tripwire_rejections_total{tool,kind}``: calls refused before any attempt (``CallRejected``),
-  by the kind of the refusal: ``circuit_open`` (the breaker) or ``bulkhead_full``;
+  by the kind of the refusal: ``circuit_open`` (the breaker), ``bulkhead_full`` or ``throttled``
+  (a rate limit);
   ``tripwire_timeouts_total{tool}`` (attempts that timed out — cut off by their timeout or idle
   window, or a timeout the tool raised — and streams cut by one: ``timeout_count`` in ``engine.stats()``);
 * ``tripwire_breaker_state{tool,state}``: one gauge per state, 1 for the state each registered
@@ -39,6 +41,16 @@ tripwire's metrics too; :func:`start_metrics_server` serves a registry on its ow
   ``full`` at once, or after their queue wait ran out (``timeout``);
 * for a tool with a ``retry_budget``: ``tripwire_retry_budget_refusals_total{tool}``, retries the
   budget refused; the engine-wide budget of ``defaults.yaml`` is one series, ``tool="(shared)"``;
+* for a tool with a ``rate_limit``, read when scraped: ``tripwire_rate_limit_tokens{tool}`` (tokens
+  in its bucket; no series for a limit with no ``rate_per_s``, only a cooldown),
+  ``tripwire_rate_limit_burst{tool}``, ``tripwire_rate_limit_rate_per_second{tool}``,
+  ``tripwire_rate_limit_waiting{tool}`` (attempts waiting for their turn now),
+  ``tripwire_rate_limit_waits_total{tool}`` (attempts let through after waiting for a token or a
+  cooldown's end), ``tripwire_rate_limit_rejections_total{tool}`` (attempts refused as
+  ``throttled``: a call's first or a retry), ``tripwire_cooldowns_total{tool}`` (cooldowns started
+  or extended by a rate-limit error) and ``tripwire_cooldown_remaining_seconds{tool}`` (0 when the
+  tool is not cooling down); who started a cooldown is a call id, never a label: it is in the
+  ``CooldownStarted`` event, ``engine.stats()`` and the console;
 * ``tripwire_turns_total{outcome}``: turns ended, by ``TurnFinished.outcome``;
 * ``tripwire_fleet_available``: in a process of a fleet (:mod:`engine.fleet`), 0 from a
   ``FleetUnavailable`` (its Redis unreachable: the process decides alone) until a
@@ -48,7 +60,7 @@ tripwire's metrics too; :func:`start_metrics_server` serves a registry on its ow
 Off the hot path: the engine calls a direct subscriber that only bumps plain dict counters (about
 0.35 µs per event measured, two per successful call); the metric families are built when scraped,
 on the scraper's thread, from copies of those counters and from each breaker's state then. The
-bulkheads' and retry budgets' figures are their strategies' own facts (what ``engine.stats()``
+bulkheads', retry budgets' and rate limits' figures are their strategies' own facts (what ``engine.stats()``
 reports as ``strategies``), read from each strategy when scraped — not through ``engine.stats()``,
 which would snapshot every tool's whole metrics on a thread not the engine's — so no event is
 counted for them and a tool without the section has no series.
@@ -81,9 +93,13 @@ from engine.events import (
     CallRejected,
     CallSkipped,
     CallSucceeded,
+    CooldownEnded,
+    CooldownStarted,
     Event,
     FleetRestored,
     FleetUnavailable,
+    RateLimitRejected,
+    RateLimitWaited,
     StreamEnded,
     TurnFinished,
 )
@@ -169,8 +185,9 @@ class _Counts:
         self.fleet_available: float | None = None
         """1 or 0 after the last fleet event; None before any."""
         self.clock_offset = 0.0
-        """Engine time minus ``time.monotonic()`` at the last bulkhead event: a scrape that cannot read
-        the engine's clock (trio's, from another thread) dates the bulkheads' recent waits by it."""
+        """Engine time minus ``time.monotonic()`` at the last bulkhead or rate-limit event: a scrape
+        that cannot read the engine's clock (trio's, from another thread) dates the bulkheads' recent
+        waits, a bucket's tokens and a cooldown's end by it."""
         self._handlers: dict[type[Event], Callable[[Any], None]] = {
             AttemptStarted: self._attempt_started, CallSucceeded: self._succeeded,
             AttemptFailed: self._attempt_failed, CallFailed: self._failed, CallRejected: self._rejected,
@@ -178,6 +195,8 @@ class _Counts:
             CallSkipped: self._skipped, CallEscalated: self._escalated,
             FleetUnavailable: self._fleet_unavailable, FleetRestored: self._fleet_restored,
             BulkheadQueued: self._bulkhead_event, BulkheadRejected: self._bulkhead_event,
+            RateLimitWaited: self._bulkhead_event, RateLimitRejected: self._bulkhead_event,
+            CooldownStarted: self._bulkhead_event, CooldownEnded: self._bulkhead_event,
         }  # fmt: skip
 
     def on_event(self, event: Event) -> None:
@@ -266,8 +285,9 @@ class _Counts:
     def _fleet_restored(self, event: FleetRestored) -> None:
         self.fleet_available = 1.0
 
-    def _bulkhead_event(self, event: BulkheadQueued | BulkheadRejected) -> None:
-        # Off the hot path (the attempt waits, or is refused), and before any wait the p95 counts.
+    def _bulkhead_event(self, event: Event) -> None:
+        # Off the hot path (the attempt waits, is refused, or a cooldown starts or ends), and
+        # before any wait the p95 counts.
         self.clock_offset = event.t - time.monotonic()
 
     def _observe(self, tool: str, seconds: float) -> None:
@@ -413,7 +433,54 @@ def _strategy_families(engine: Engine | None, now: float) -> list[Metric]:
             budget = facts.get("retry_budget")
             if budget is not None:
                 refusals.add_metric([tool], budget["refused"])
-    return [in_flight, queued, limit, queue_limit, wait_p95, rejected, refusals]
+    families = [in_flight, queued, limit, queue_limit, wait_p95, rejected, refusals]
+    return [*families, *_rate_limit_families(engine, now)]
+
+
+def _rate_limit_families(engine: Engine | None, now: float) -> list[Metric]:
+    """The rate limits' families, from their strategies' facts (``engine.stats()``'s) when scraped."""
+    tool = ["tool"]
+    tokens = GaugeMetricFamily("tripwire_rate_limit_tokens", "Tokens in the rate limit's bucket", labels=tool)
+    burst = GaugeMetricFamily(
+        "tripwire_rate_limit_burst", "The rate limit's burst: its bucket's size", labels=tool
+    )
+    rate = GaugeMetricFamily(
+        "tripwire_rate_limit_rate_per_second", "The rate limit's rate_per_s: its bucket's refill", labels=tool
+    )
+    waiting = GaugeMetricFamily(
+        "tripwire_rate_limit_waiting", "Attempts waiting for their turn under the rate limit now", labels=tool
+    )
+    waits = CounterMetricFamily(
+        "tripwire_rate_limit_waits_total",
+        "Attempts let through after waiting for a token or a cooldown's end", labels=tool,
+    )  # fmt: skip
+    rejections = CounterMetricFamily(
+        "tripwire_rate_limit_rejections_total",
+        "Attempts the rate limit refused (throttled): their turn was past their max wait or deadline",
+        labels=tool,
+    )
+    cooldowns = CounterMetricFamily(
+        "tripwire_cooldowns_total", "Cooldowns started or extended by a rate-limit error (a 429)", labels=tool
+    )
+    remaining = GaugeMetricFamily(
+        "tripwire_cooldown_remaining_seconds",
+        "Seconds the tool still pauses for every caller after a rate-limit error (0: none)", labels=tool,
+    )  # fmt: skip
+    if engine is not None:
+        for name, facts in _strategies(engine, now):
+            limit = facts.get("rate_limit")
+            if limit is None:
+                continue
+            if limit["tokens"] is not None:
+                tokens.add_metric([name], limit["tokens"])
+                burst.add_metric([name], limit["burst"])
+                rate.add_metric([name], limit["rate_per_s"])
+            waiting.add_metric([name], limit["waiting"])
+            waits.add_metric([name], limit["waited"])
+            rejections.add_metric([name], limit["rejected"])
+            cooldowns.add_metric([name], limit["cooldowns"])
+            remaining.add_metric([name], limit["cooldown_remaining_s"])
+    return [tokens, burst, rate, waiting, waits, rejections, cooldowns, remaining]
 
 
 def _fleet_available(available: float | None) -> GaugeMetricFamily:

@@ -1,14 +1,19 @@
-"""An engine with a bulkhead and retry budgets, played on a virtual clock: real engine events, and
-the engine's own figures at the moment the console tests show.
+"""An engine with a bulkhead, retry budgets and a rate limit, played on a virtual clock: real engine
+events, and the engine's own figures at the moment the console tests show.
 
-Four tools, manifests in a directory (``defaults.yaml`` sets an engine-wide retry budget):
+Five tools, manifests in a directory (``defaults.yaml`` sets an engine-wide retry budget):
 
 - ``search``: a bulkhead of 2 slots and a queue of 1 (1 s wait); its calls take 3 s. At ``CUT``
   two run, one waits, one waited in vain and one found the queue full;
 - ``pricing``: its own retry budget (1 retry in 10 s) and a dead service: its first call spends
   the retry, then the budget refuses;
 - ``quotes``: a dead service under the engine-wide budget only (2 retries in 10 s, shared);
-- ``weather``: none of them, answering at once: it looks as every tool did before strategies.
+- ``weather``: none of them, answering at once: it looks as every tool did before strategies;
+- ``quota``: a rate limit of 10 calls a second (2 at once, a wait of 100 ms at most), called after
+  the others (their call ids stay): two calls at 1.61 s take the burst, one at 1.62 s waits for
+  its token and meets the provider's 429 with ``Retry-After: 30`` at 1.71 s: the tool cools down
+  for every caller until 31.71 s (the call is not retried: 30 s is past its retry budget); one at
+  1.63 s is refused at once (its token is 180 ms away), one at 1.8 s by the cooldown.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ MANIFESTS = {
     "pricing": TOOL + "  retry_budget: {{budget_percent: 0, min_retries_per_s: 0.1, window_s: 10}}\n",
     "quotes": TOOL,
     "weather": TOOL,
+    "quota": TOOL + "  rate_limit: {{rate_per_s: 10, burst: 2, max_wait_ms: 100}}\n",
 }
 
 
@@ -68,9 +74,32 @@ async def weather(**_: Any) -> str:
     return "sunny"
 
 
+class TooManyRequests(Exception):
+    """An HTTP client's 429 with a ``Retry-After``, as the classifier reads one."""
+
+    def __init__(self, retry_after_s: float) -> None:
+        super().__init__("429 Too Many Requests")
+        self.status_code = 429
+        self.headers = {"Retry-After": f"{retry_after_s:g}"}
+
+
+def quota_tool() -> Callable[..., Awaitable[str]]:
+    """Answers twice, then meets the provider's limit (``Retry-After: 30``), then answers."""
+    calls: list[int] = []
+
+    async def quota(**_: Any) -> str:
+        calls.append(1)
+        if len(calls) == 3:
+            raise TooManyRequests(30.0)
+        return "quota"
+
+    return quota
+
+
 def strategies_engine(directory: Path) -> Engine:
     engine = Engine(write_manifests(directory), wall_clock=VirtualWallClock(WALL))
-    for tool_id, fn in (("search", slow_search), ("pricing", dead), ("quotes", dead), ("weather", weather)):
+    tools = (("search", slow_search), ("pricing", dead), ("quotes", dead), ("weather", weather))
+    for tool_id, fn in (*tools, ("quota", quota_tool())):
         engine.register(tool_id, fn)
     return engine
 
@@ -86,6 +115,7 @@ async def traffic(engine: Engine, at: Callable[[float], Awaitable[None]]) -> Non
         for tool_id, t in [
             ("search", 0.0), ("search", 0.0), ("search", 0.1), ("pricing", 0.2), ("quotes", 0.3),
             ("pricing", 0.4), ("quotes", 0.5), ("weather", 0.6), ("search", 1.5), ("search", 1.6),
+            ("quota", 1.61), ("quota", 1.61), ("quota", 1.62), ("quota", 1.63), ("quota", 1.8),
         ]:  # fmt: skip
             tg.start_soon(call, tool_id, t)
 

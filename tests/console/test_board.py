@@ -72,10 +72,22 @@ def test_at_100_columns_failed_attempts_p99_and_the_rate_come_before_timeouts() 
 def test_at_160_columns_every_column_shows_and_the_sparkline_takes_the_rest(
     strategies: frozenset[str],
 ) -> None:
-    """A strategy's columns only on a board where some tool has it: a board without looks as it did."""
+    """A strategy's columns only on a board where some tool has it: a board without looks as it did.
+    Only a rate limit's waits wait for a wider board (past the sparkline, which 160 columns keep)."""
     columns = fit_columns(160, strategies)
-    assert [c.key for c, _ in columns] == [c.key for c in COLUMNS if c.needs is None or c.needs in strategies]
+    wider = {"rate_limit_waited"}
+    every = [c.key for c in COLUMNS if (c.needs is None or c.needs in strategies) and c.key not in wider]
+    assert [c.key for c, _ in columns] == every
     assert sum(size for _, size in columns) + len(columns) - 1 == 160
+    assert "rate_limit_waited" in [c.key for c, _ in fit_columns(170, strategies)] or not strategies
+
+
+def test_on_a_board_with_a_rate_limit_the_half_open_column_counts_cooldowns_down_too() -> None:
+    """At 80 columns a cooldown shows (``cool 27s``) where the breaker's countdown does."""
+    columns = dict(fit_columns(80, frozenset({"rate_limit"})))
+    [countdown] = [c for c in columns if c.key == "half_open"]
+    assert countdown.header == "HALF-OPEN/COOL" and columns[countdown] == 14
+    assert [c.key for c, _ in fit_columns(80, frozenset({"rate_limit"}))] == keys(80)
 
 
 @pytest.mark.parametrize("strategies", [frozenset(), frozenset({"bulkhead"}), STRATEGY_COLUMNS])

@@ -77,10 +77,13 @@ async def test_the_cards_show_occupancy_and_refusals_and_a_plain_tool_keeps_its_
         weather = text_of(app, card(app, "weather"))
         assert "p50" in weather[3] and "p99" in weather[3]
         assert not any("⧉" in line or "↻⊘" in line for line in weather)
-        cards = "\n".join(line for tool in ("search", "pricing") for line in text_of(app, card(app, tool)))
+        tools = ("search", "pricing", "quota")
+        cards = "\n".join(line for tool in tools for line in text_of(app, card(app, tool)))
         strategies = {c.header for c in COLUMNS if c.needs}
         for columns, names in readme_figures():  # what README says a card with them shows
-            if strategies & set(columns):
+            if columns == ["LIMIT"]:  # the tokens, or the cooldown instead of them
+                assert "cool" in names and "tok" in names and "cool 30s" in cards
+            elif strategies & set(columns):
                 assert all(name in cards for name in names), (columns, names)
 
 

@@ -12,7 +12,8 @@ transitions, turns, events and manifests, the stored turns, the status line — 
   at ``…``;
 * the status line: the status whole, or as much as fits and then ``…``.
 
-The same on an engine with a bulkhead and retry budgets (issue 23). Then the tool detail's
+The same on an engine with a bulkhead and retry budgets (issue 23) and a rate-limited tool cooling
+down after a 429 (issue 24). Then the tool detail's
 countdowns, first at 80×24, and the rules the views fit text by.
 """
 
@@ -72,6 +73,9 @@ def model_texts(model: ConsoleModel) -> Iterable[str]:
             yield render.call_where(call.turn_id, call.call_id)
             yield from (a.kind for a in call.attempts if a.kind)
             yield call.refusal or ""
+        rate_limit = view.strategies.rate_limit
+        if rate_limit is not None and rate_limit.cooldown is not None:
+            yield rate_limit.cooldown.started_by or ""
         refusal = view.strategies.last_refusal
         if refusal is not None:
             yield from (refusal.reason, refusal.by, render.call_where(refusal.turn_id, refusal.call_id))
@@ -285,7 +289,8 @@ async def test_no_view_cuts_a_word_without_an_ellipsis(tmp_path: Path, size: str
 @pytest.mark.asyncio
 @pytest.mark.parametrize("size", SIZES)
 async def test_no_view_of_bulkheads_and_budgets_cuts_a_word_without_an_ellipsis(size: str) -> None:
-    """The board and the details of tools with a full bulkhead, budgets spent and neither."""
+    """The board and the details of tools with a full bulkhead, budgets spent, a rate limit cooling
+    down with throttled refusals, and none."""
     played = scene()
     link = FakeLink(played.seeds, clock=played.now, description="agent with strategies, live")
     app = ConsoleApp(link, actor="operator:test", live=False)
@@ -296,7 +301,7 @@ async def test_no_view_of_bulkheads_and_budgets_cuts_a_word_without_an_ellipsis(
         await seen.look("the board")
         await pilot.press("v")
         await seen.look("the board's other layout")
-        for tool_id in ("search", "pricing", "quotes", "weather"):
+        for tool_id in ("search", "pricing", "quotes", "weather", "quota"):
             app.open_tool(tool_id)
             await seen.look(f"{tool_id}'s detail")
             await seen.scrolled(f"{tool_id}'s detail")

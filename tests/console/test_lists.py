@@ -249,7 +249,7 @@ async def test_the_traces_list_keeps_the_chosen_turn_across_refreshes(store: Pat
         app.link.clock += 5.0  # the first page is read again every 2 s
         app.flush()
         await settle(pilot)
-        assert table.row_count == 11
+        assert table.row_count == 12  # the pass's 9 turns and 3 late ones
         assert str(table.get_row_at(table.cursor_row)[1]) == chosen, "the highlight stayed on its turn"
         assert "▲ 3 new" in str(screen.query_one("#page", Static).render())
         await pilot.press("enter")

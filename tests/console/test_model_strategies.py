@@ -301,7 +301,7 @@ def test_the_engine_wide_window_is_fed_every_tools_calls_as_the_engine_feeds_it(
     model = ConsoleModel(played.seeds, played.shared)
     model.apply(list(played.events))
     engine = dict(played.stats["quotes"].strategies["shared.retry_budget"])
-    assert engine.pop("shared") is True and engine["calls"] == 10  # every tool's calls, not quotes' alone
+    assert engine.pop("shared") is True and engine["calls"] == 15  # every tool's calls, throttled ones too
     for tool_id in ("quotes", "weather", "search"):
         figures = model.tools[tool_id].strategies.figures(played.now, 0).engine_budget
         assert figures is not None and asdict(figures.window) == engine, tool_id

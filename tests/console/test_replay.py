@@ -143,7 +143,7 @@ async def test_the_traces_view_lists_filters_and_opens_turns(store_path: Path) -
         await app.workers.wait_for_complete()
         await pilot.pause()
         table = screen.query_one("#turns", DataTable)
-        assert table.row_count == len(turn_ids(store_path)) == 8
+        assert table.row_count == len(turn_ids(store_path)) == 9
         screen.query_one("#outcome", Select).value = "timed_out"
         await pilot.pause()
         await app.workers.wait_for_complete()

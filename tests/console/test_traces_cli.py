@@ -40,8 +40,8 @@ def turn_ids(capsys: pytest.CaptureFixture[str], store: Path, *extra: str) -> li
 def test_list_shows_the_recorded_turns_newest_first(store: Path, capsys: pytest.CaptureFixture[str]) -> None:
     ids = turn_ids(capsys, store)
     assert [i.split("/")[1] for i in ids] == [
-        "activity-storm", "regional-quotes", "recovered", "bad-input", "tight-deadline", "while-open",
-        "flights-down", "plan-trip",
+        "currency-storm", "activity-storm", "regional-quotes", "recovered", "bad-input", "tight-deadline",
+        "while-open", "flights-down", "plan-trip",
     ]  # fmt: skip
     assert len({i.split("/")[0] for i in ids}) == 1, "one run, one namespace"
 

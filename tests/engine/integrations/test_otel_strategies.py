@@ -1,9 +1,10 @@
-"""The OpenTelemetry exporter and the bulkhead and retry budget (issue 23), read back from the SDK's
-in-memory exporters through both pipelines (the SDK's processors and meter provider, or exporters
-handed over): a call the bulkhead refused is a ``not_run`` span whose ``error.type`` is
-``bulkhead_full`` (the kind from the event, not assumed ``circuit_open``); queueing, the bulkhead's
-refusals and the retries the budget refused are span events with their reasons. Every engine test
-runs in both engine modes on both backends, on virtual time.
+"""The OpenTelemetry exporter and the bulkhead, the retry budget (issue 23) and the rate limit (issue
+24), read back from the SDK's in-memory exporters through both pipelines (the SDK's processors and
+meter provider, or exporters handed over): a call the bulkhead refused is a ``not_run`` span whose
+``error.type`` is ``bulkhead_full`` (the kind from the event, not assumed ``circuit_open``), one the
+rate limit refused ``throttled``; queueing, the bulkhead's refusals, the retries the budget
+refused, a rate limit's waits and refusals and a cooldown started and found over are span events
+with their reasons. Every engine test runs in both engine modes on both backends, on virtual time.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from opentelemetry.trace import StatusCode
 from engine import BreakerConfig, RetryPolicy, ToolCall, ToolManifest, Turn
 from tests.engine.conftest import Scripted, new_engine
 from tests.engine.integrations.test_otel import Otel, event_names, parent_of, span_id
+from tests.engine.strategies.test_rate_limit_engine import TooManyRequests
 
 pytestmark = pytest.mark.anyio
 
@@ -193,3 +195,55 @@ async def test_a_retry_the_bulkhead_refused_is_an_event_on_a_call_that_ran(otel:
     ]
     assert event(first, "tripwire.bulkhead.rejected")["tripwire.attempt"] == 2, "the retry it refused"
     assert spans["c2"].status.status_code is StatusCode.UNSET
+
+
+# --- the rate limit (issue 24) ----------------------------------------------------------------
+
+
+async def test_a_rate_limits_waits_refusals_and_cooldowns_are_span_events_with_reasons(otel: Otel) -> None:
+    """c1 and c2 take the burst, c3 waits 0.5 s for its token, c4 is refused at once; c5's 429
+    (Retry-After 30) starts a cooldown, which refuses c6; c7, 31 s later, finds it over."""
+    limit = {"rate_per_s": 2, "burst": 2, "max_wait_ms": 600}
+    manifest = Manifest(id="t", retry_policy=NO_RETRY, rate_limit=limit)
+    engine = await new_engine(manifest)
+    engine.register("t", Scripted("ok", "ok", "ok", TooManyRequests(30.0), "ok"))
+    with otel.attach(engine) as exporter:
+        async with anyio.create_task_group() as tg:
+            for _ in range(4):
+                tg.start_soon(engine.try_call, "t")
+                await anyio.sleep(0)
+        await anyio.sleep(1.0)
+        await engine.try_call("t")  # c5: the 429
+        refused = await engine.try_call("t")  # c6: 30 s of cooldown, 0.6 s of wait allowed
+        await anyio.sleep(31.0)
+        await engine.try_call("t")  # c7
+        spans = by_call_id(otel.named(exporter, "execute_tool t"))
+
+    assert refused.error is not None and refused.attempts == 0 and refused.error.kind == "throttled"
+    waited = spans["c3"]
+    assert waited.status.status_code is StatusCode.UNSET
+    assert event_names(waited) == ["tripwire.rate_limit.waited"]
+    wait = event(waited, "tripwire.rate_limit.waited")
+    assert wait == {"tripwire.attempt": 1, "tripwire.rate_limit.waited_ms": 500.0}
+    assert waited.end_time is not None and waited.start_time is not None
+    assert waited.end_time - waited.start_time == pytest.approx(0.5e9, rel=1e-6), "the wait is in its span"
+    for call_id, needed in (("c4", 1000.0), ("c6", 30_000.0)):
+        span = spans[call_id]
+        assert attributes(span)["error.type"] == "throttled"
+        assert attributes(span)["tripwire.call.status"] == "not_run"
+        assert event_names(span) == ["tripwire.rate_limit.rejected", "tripwire.call.rejected"]
+        rejection = event(span, "tripwire.rate_limit.rejected")
+        assert rejection["tripwire.reason"] == span.status.description
+        assert rejection["tripwire.rate_limit.wait_needed_ms"] == pytest.approx(needed)
+    assert str(event(spans["c6"], "tripwire.rate_limit.rejected")["tripwire.reason"]).startswith(
+        "rate limit: cooling down for 30 s more"
+    )
+    started = event(spans["c5"], "tripwire.cooldown.started")
+    assert started == {
+        "tripwire.attempt": 1, "tripwire.cooldown.s": 30.0, "tripwire.cooldown.extended": False,
+        "tripwire.cooldown.retry_after_s": 30.0,
+    }  # fmt: skip
+    assert event(spans["c7"], "tripwire.cooldown.ended") == {
+        "tripwire.cooldown.how": "expired",
+        "tripwire.cooldown.started_by": "c5",
+    }
