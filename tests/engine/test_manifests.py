@@ -39,6 +39,7 @@ BUNDLED_TOOLS = {
     "compare_prices",
     "create_itinerary",
     "custom_api",
+    "exchange_rates",
     "flight_search",
     "flight_search_backup",
     "hotel_search",
@@ -74,7 +75,7 @@ def bundled(tmp_path: Path) -> Path:
 # --- the bundled manifests ----------------------------------------------------------------
 
 
-def test_bundled_directory_loads_seven_tools_with_defaults_applied() -> None:
+def test_bundled_directory_loads_every_demo_tool_with_defaults_applied() -> None:
     registry = ManifestRegistry.from_directory(BUNDLED)
 
     assert set(registry.entries) == BUNDLED_TOOLS

@@ -34,7 +34,7 @@ HEADLESS_CONSOLE = textwrap.dedent(
         app = build_live_app(options)
         async with app.run_test(size=(120, 40)) as pilot:
             await pilot.pause(3)
-            assert len(app.model.tools) == 7, sorted(app.model.tools)
+            assert len(app.model.tools) == 8, sorted(app.model.tools)
             await pilot.press("q")
         print("console ran", len(app.model.tools), "tools")
 
@@ -80,5 +80,5 @@ def test_the_wheel_works_from_an_empty_directory(tmp_path: Path) -> None:
     report = run([tripwire, "run", "scenario.yaml"], project, env)
     assert "recorded in traces/traces.db" in report
     assert "plan-trip" in run([tripwire, "traces", "list"], project, env)
-    assert "console ran 7 tools" in run([str(venv / "bin" / "python"), "-c", HEADLESS_CONSOLE], empty, env)
+    assert "console ran 8 tools" in run([str(venv / "bin" / "python"), "-c", HEADLESS_CONSOLE], empty, env)
     assert sorted(p.name for p in empty.iterdir()) == ["project"], "nothing written outside the project"
